@@ -1,0 +1,666 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProviderType names a webhook signature scheme and its payload conventions.
+// +kubebuilder:validation:Enum=Stripe;Adyen;GitHub;StandardWebhooks;Shopify;Slack;HMAC
+type ProviderType string
+
+// The supported providers.
+const (
+	ProviderStripe           ProviderType = "Stripe"
+	ProviderAdyen            ProviderType = "Adyen"
+	ProviderGitHub           ProviderType = "GitHub"
+	ProviderStandardWebhooks ProviderType = "StandardWebhooks"
+	ProviderShopify          ProviderType = "Shopify"
+	ProviderSlack            ProviderType = "Slack"
+	ProviderHMAC             ProviderType = "HMAC"
+)
+
+// HMACAlgorithm is the hash function of a configurable HMAC scheme.
+// +kubebuilder:validation:Enum=SHA1;SHA256;SHA512
+type HMACAlgorithm string
+
+// The supported HMAC hash functions.
+const (
+	HMACSHA1   HMACAlgorithm = "SHA1"
+	HMACSHA256 HMACAlgorithm = "SHA256"
+	HMACSHA512 HMACAlgorithm = "SHA512"
+)
+
+// SignatureEncoding is how a signature is written in its header.
+// +kubebuilder:validation:Enum=Hex;Base64
+type SignatureEncoding string
+
+// The supported signature encodings.
+const (
+	EncodingHex    SignatureEncoding = "Hex"
+	EncodingBase64 SignatureEncoding = "Base64"
+)
+
+// KeyEncoding is how the signing secret is stored in its Secret.
+// +kubebuilder:validation:Enum=Raw;Base64;Hex;Whsec
+type KeyEncoding string
+
+// The supported key encodings. Whsec is base64 after a "whsec_" prefix (Standard Webhooks).
+const (
+	KeyRaw    KeyEncoding = "Raw"
+	KeyBase64 KeyEncoding = "Base64"
+	KeyHex    KeyEncoding = "Hex"
+	KeyWhsec  KeyEncoding = "Whsec"
+)
+
+// OnUnmatched says what happens to an authentic event whose entity does not exist.
+// +kubebuilder:validation:Enum=Record;Retry;Create
+type OnUnmatched string
+
+// The unmatched-entity policies.
+const (
+	// UnmatchedRecord stores the receipt with outcome "unmatched" and acknowledges; replay
+	// can apply it later.
+	UnmatchedRecord OnUnmatched = "Record"
+	// UnmatchedRetry rolls back and answers 503, so the provider delivers again later.
+	UnmatchedRetry OnUnmatched = "Retry"
+	// UnmatchedCreate creates the entity in the initial state (managed entity table only).
+	UnmatchedCreate OnUnmatched = "Create"
+)
+
+// Ordering is the dispatcher's ordering guarantee.
+// +kubebuilder:validation:Enum=PerEntity;None
+type Ordering string
+
+// The dispatcher orderings.
+const (
+	OrderingPerEntity Ordering = "PerEntity"
+	OrderingNone      Ordering = "None"
+)
+
+// HMACSpec describes a generic HMAC signature scheme, for providers without a preset.
+type HMACSpec struct {
+	// header is the request header that carries the signature, e.g. X-Signature.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Header string `json:"header"`
+
+	// prefix is stripped from each signature before decoding, e.g. "sha256=" or "v1,".
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Prefix string `json:"prefix,omitempty"`
+
+	// separator splits a header that carries several signatures (during a key roll),
+	// e.g. " " or ",". Empty means the header carries one signature.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4
+	Separator string `json:"separator,omitempty"`
+
+	// algorithm is the HMAC hash function.
+	// +kubebuilder:default=SHA256
+	// +optional
+	Algorithm HMACAlgorithm `json:"algorithm,omitempty"`
+
+	// encoding is how the signature is written in the header.
+	// +kubebuilder:default=Hex
+	// +optional
+	Encoding SignatureEncoding `json:"encoding,omitempty"`
+
+	// keyEncoding is how the secret value is stored in the Secret.
+	// +kubebuilder:default=Raw
+	// +optional
+	KeyEncoding KeyEncoding `json:"keyEncoding,omitempty"`
+
+	// signedContent is the template of the signed bytes. Placeholders: {body} (the raw
+	// body), {timestamp} (the timestamp header), {id} (the id header).
+	// +kubebuilder:default="{body}"
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	SignedContent string `json:"signedContent,omitempty"`
+
+	// timestampHeader names the header with a Unix timestamp (seconds); when set, the
+	// timestamp must be within provider.tolerance of now.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	TimestampHeader string `json:"timestampHeader,omitempty"`
+
+	// idHeader names the header with the delivery id, for the {id} placeholder.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	IDHeader string `json:"idHeader,omitempty"`
+}
+
+// RefetchSpec makes critical transitions confirm the provider's current object state
+// through the provider's read API before they apply. Stripe is supported.
+type RefetchSpec struct {
+	// apiKeySecretRef selects the Secret key holding a read-capable API key.
+	APIKeySecretRef corev1.SecretKeySelector `json:"apiKeySecretRef"`
+
+	// baseURL of the provider API; empty means the provider's public API.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// transitions lists the names of the transitions that re-fetch before applying.
+	// Their guards can use `live`, the fetched object.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	Transitions []string `json:"transitions"`
+
+	// timeout of one provider API call.
+	// +kubebuilder:default="5s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// ProviderSpec selects how requests are authenticated and how events are read.
+// +kubebuilder:validation:XValidation:rule="has(self.hmac) == (self.type == 'HMAC')",message="provider.hmac is required when provider.type is HMAC and not allowed otherwise"
+// +kubebuilder:validation:XValidation:rule="!has(self.refetch) || self.type == 'Stripe'",message="provider.refetch is supported for provider.type Stripe only"
+type ProviderSpec struct {
+	// type of the provider; it selects the signature scheme and the event field presets.
+	Type ProviderType `json:"type"`
+
+	// tolerance is the accepted age of a signed timestamp, where the scheme signs one.
+	// +kubebuilder:default="5m"
+	// +optional
+	Tolerance *metav1.Duration `json:"tolerance,omitempty"`
+
+	// hmac configures the generic HMAC scheme; only with type HMAC.
+	// +optional
+	HMAC *HMACSpec `json:"hmac,omitempty"`
+
+	// refetch confirms the provider's live object before critical transitions apply.
+	// +optional
+	Refetch *RefetchSpec `json:"refetch,omitempty"`
+}
+
+// SigningSecret is one webhook signing secret. Any active secret verifies a request.
+type SigningSecret struct {
+	// secretKeyRef selects the key of a Secret in the endpoint's namespace.
+	SecretKeyRef corev1.SecretKeySelector `json:"secretKeyRef"`
+
+	// expiresAt is when this secret stops verifying; the operator drops it then and the
+	// pods roll. Use it for the previous secret during a rotation.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// EventSpec holds CEL expressions over `body` (the parsed JSON payload) and `headers`
+// (a map of lower-cased header names to their first value). Provider presets fill in
+// what is left empty.
+type EventSpec struct {
+	// id evaluates to the provider's stable event id (string); it is the dedupe key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	ID string `json:"id,omitempty"`
+	// type evaluates to the event type (string) matched against transitions[].on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Type string `json:"type,omitempty"`
+	// entityKey evaluates to the key of the entity the event changes (string).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	EntityKey string `json:"entityKey,omitempty"`
+	// amount evaluates to the amount in minor units (int), exposed to guards as event.amount.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Amount string `json:"amount,omitempty"`
+	// occurredAt evaluates to when the event happened (Unix seconds as int, or an RFC 3339
+	// string); an event older than the entity's last applied event is ignored as stale.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	OccurredAt string `json:"occurredAt,omitempty"`
+}
+
+// DatabaseSpec says where the receipts, entities and outbox live.
+type DatabaseSpec struct {
+	// urlSecretRef selects a Secret key holding a PostgreSQL URL
+	// (CloudNativePG's <cluster>-app Secret, key uri, works as is).
+	URLSecretRef corev1.SecretKeySelector `json:"urlSecretRef"`
+
+	// schema holds hookkeeper's tables; it is created by the migration Job.
+	// +kubebuilder:default=hookkeeper
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +optional
+	Schema string `json:"schema,omitempty"`
+
+	// maxConnections per receiver pod.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=200
+	// +optional
+	MaxConnections int32 `json:"maxConnections,omitempty"`
+}
+
+// TenantSpec scopes every statement on the app's table to one tenant.
+type TenantSpec struct {
+	// column holding the tenant id.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Column string `json:"column"`
+	// value of the tenant column for this endpoint.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Value string `json:"value"`
+}
+
+// EntityTableSpec binds the state machine to the application's own table.
+type EntityTableSpec struct {
+	// schema of the table.
+	// +kubebuilder:default=public
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Schema string `json:"schema,omitempty"`
+	// name of the table.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// keyColumn matched against event.entityKey.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	KeyColumn string `json:"keyColumn"`
+	// stateColumn holds the state (text).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	StateColumn string `json:"stateColumn"`
+	// amountColumn holds the expected amount, exposed to guards as entity.amount.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	AmountColumn string `json:"amountColumn,omitempty"`
+	// tenant scopes the table to one tenant.
+	// +optional
+	Tenant *TenantSpec `json:"tenant,omitempty"`
+}
+
+// EntitySpec says where the state of each entity lives.
+// +kubebuilder:validation:XValidation:rule="!(has(self.table) && self.onUnmatched == 'Create')",message="entity.onUnmatched Create needs the managed entity table; remove entity.table or choose Record or Retry"
+type EntitySpec struct {
+	// table binds to the app's own table; omit it to use hookkeeper's managed entity table.
+	// +optional
+	Table *EntityTableSpec `json:"table,omitempty"`
+
+	// onUnmatched is what happens to an event whose entity does not exist.
+	// +kubebuilder:default=Record
+	// +optional
+	OnUnmatched OnUnmatched `json:"onUnmatched,omitempty"`
+}
+
+// Transition moves an entity from one of `from` to `to` when an event of a type in `on`
+// arrives and the guard holds.
+type Transition struct {
+	// name of the transition, unique in the state machine.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`
+	Name string `json:"name"`
+	// on lists the event types that trigger the transition.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	// +listType=set
+	On []string `json:"on"`
+	// from lists the states the transition may start from.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	From []string `json:"from"`
+	// to is the state after the transition.
+	// +kubebuilder:validation:MaxLength=63
+	To string `json:"to"`
+	// guard is a CEL boolean over `event` (id, type, entityKey, amount, occurredAt, body,
+	// headers), `entity` (key, state, amount) and, with refetch, `live`.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Guard string `json:"guard,omitempty"`
+	// emit is the outbox event type written when the transition applies; empty emits nothing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Emit string `json:"emit,omitempty"`
+}
+
+// StateMachineSpec is the table of allowed transitions. Transitions only move forward
+// from listed states, so duplicates, stale and out-of-order events are harmless no-ops.
+// +kubebuilder:validation:XValidation:rule="self.initial in self.states",messageExpression="'stateMachine.initial ' + self.initial + ' is not one of stateMachine.states'"
+// +kubebuilder:validation:XValidation:rule="self.transitions.all(t, t.to in self.states)",messageExpression="'transition ' + self.transitions.filter(t, !(t.to in self.states))[0].name + ': to ' + self.transitions.filter(t, !(t.to in self.states))[0].to + ' is not one of stateMachine.states'"
+// +kubebuilder:validation:XValidation:rule="self.transitions.all(t, t.from.all(f, f in self.states))",messageExpression="'transition ' + self.transitions.filter(t, !t.from.all(f, f in self.states))[0].name + ': a from state is not one of stateMachine.states'"
+type StateMachineSpec struct {
+	// initial is the state of an entity created by onUnmatched Create.
+	// +kubebuilder:validation:MaxLength=63
+	Initial string `json:"initial"`
+	// states lists every state.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	States []string `json:"states"`
+	// transitions lists the allowed moves.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	Transitions []Transition `json:"transitions"`
+}
+
+// ServiceReference points at a Service in the endpoint's namespace (or another).
+type ServiceReference struct {
+	// name of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// namespace of the Service; the endpoint's namespace when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// port of the Service.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// path of the request.
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// SinkSpec is where the dispatcher POSTs each outbox event; exactly one of url or serviceRef.
+// +kubebuilder:validation:XValidation:rule="has(self.url) != has(self.serviceRef)",message="delivery.sink needs exactly one of url or serviceRef"
+type SinkSpec struct {
+	// url of the sink, http or https.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	URL string `json:"url,omitempty"`
+	// serviceRef names an in-cluster Service.
+	// +optional
+	ServiceRef *ServiceReference `json:"serviceRef,omitempty"`
+}
+
+// BackoffSpec is an exponential backoff with full jitter.
+type BackoffSpec struct {
+	// initial delay before the second attempt.
+	// +kubebuilder:default="1s"
+	// +optional
+	Initial *metav1.Duration `json:"initial,omitempty"`
+	// max delay between attempts.
+	// +kubebuilder:default="15m"
+	// +optional
+	Max *metav1.Duration `json:"max,omitempty"`
+}
+
+// DeliverySpec configures the outbox dispatcher.
+type DeliverySpec struct {
+	// sink receives each outbox event as a POST.
+	Sink SinkSpec `json:"sink"`
+	// signingSecretRef selects a Standard Webhooks key (whsec_...) used to sign deliveries.
+	// +optional
+	SigningSecretRef *corev1.SecretKeySelector `json:"signingSecretRef,omitempty"`
+	// maxAttempts before a row is dead-lettered.
+	// +kubebuilder:default=12
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+	// backoff between attempts.
+	// +kubebuilder:default={initial: "1s", max: "15m"}
+	// +optional
+	Backoff BackoffSpec `json:"backoff,omitempty"`
+	// timeout of one delivery attempt.
+	// +kubebuilder:default="10s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// ordering PerEntity delivers an entity's events one at a time in order; None does not.
+	// +kubebuilder:default=PerEntity
+	// +optional
+	Ordering Ordering `json:"ordering,omitempty"`
+	// concurrency is the number of deliveries in flight per pod.
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	Concurrency int32 `json:"concurrency,omitempty"`
+}
+
+// ReceiverSpec shapes the receiver Deployment.
+type ReceiverSpec struct {
+	// replicas of the receiver; a PodDisruptionBudget is created when more than one.
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// path the receiver accepts webhooks on.
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Path string `json:"path,omitempty"`
+	// maxBodyBytes larger bodies get 413.
+	// +kubebuilder:default=1048576
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=33554432
+	// +optional
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// resources of the receiver container; the operator's defaults when empty.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// image overrides the receiver image (the operator's own image by default).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+}
+
+// ToggleSpec switches an optional object on or off.
+type ToggleSpec struct {
+	// enabled creates the object when its CRD is installed.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+}
+
+// MonitoringSpec configures Prometheus Operator objects, created only when their CRDs exist.
+type MonitoringSpec struct {
+	// serviceMonitor scrapes the receiver pods.
+	// +kubebuilder:default={enabled: true}
+	// +optional
+	ServiceMonitor ToggleSpec `json:"serviceMonitor,omitempty"`
+	// prometheusRule holds the endpoint's alerts.
+	// +kubebuilder:default={enabled: true}
+	// +optional
+	PrometheusRule ToggleSpec `json:"prometheusRule,omitempty"`
+}
+
+// ParentReference names a Gateway (or a listener of one) for an HTTPRoute.
+type ParentReference struct {
+	// name of the Gateway.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// namespace of the Gateway; the endpoint's namespace when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+	// sectionName selects a listener of the Gateway.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SectionName string `json:"sectionName,omitempty"`
+}
+
+// HTTPRouteExposure publishes the endpoint through a Gateway API HTTPRoute.
+type HTTPRouteExposure struct {
+	// parentRefs are the Gateways that serve the route.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	ParentRefs []ParentReference `json:"parentRefs"`
+	// hostnames of the route.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=253
+	Hostnames []string `json:"hostnames"`
+	// path prefix routed to the receiver; receiver.path when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Path string `json:"path,omitempty"`
+}
+
+// IngressExposure publishes the endpoint through a networking.k8s.io Ingress.
+type IngressExposure struct {
+	// className of the Ingress controller.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClassName string `json:"className,omitempty"`
+	// host the Ingress serves.
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+	// path prefix routed to the receiver; receiver.path when empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Path string `json:"path,omitempty"`
+	// tlsSecretName holds the certificate (cert-manager can write it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
+	// annotations added to the Ingress, e.g. cert-manager.io/cluster-issuer.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// EgressSpec limits where receiver pods may connect. Empty lists leave egress open.
+type EgressSpec struct {
+	// databaseCIDRs the pods may reach on databasePort.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	DatabaseCIDRs []string `json:"databaseCIDRs,omitempty"`
+	// databasePort of PostgreSQL.
+	// +kubebuilder:default=5432
+	// +optional
+	DatabasePort int32 `json:"databasePort,omitempty"`
+	// sinkCIDRs the pods may reach on sinkPorts.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	SinkCIDRs []string `json:"sinkCIDRs,omitempty"`
+	// sinkPorts of the sink.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	SinkPorts []int32 `json:"sinkPorts,omitempty"`
+}
+
+// NetworkPolicySpec fences the receiver pods.
+type NetworkPolicySpec struct {
+	// enabled creates the NetworkPolicy.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// metricsFrom selects the namespaces allowed to scrape the metrics port.
+	// +optional
+	MetricsFrom *metav1.LabelSelector `json:"metricsFrom,omitempty"`
+	// egress, when set, limits the pods to DNS, the database and the sink.
+	// +optional
+	Egress *EgressSpec `json:"egress,omitempty"`
+}
+
+// ExposureSpec publishes the receiver outside the cluster; at most one of httpRoute or ingress.
+// +kubebuilder:validation:XValidation:rule="!(has(self.httpRoute) && has(self.ingress))",message="exposure takes one of httpRoute or ingress, not both"
+type ExposureSpec struct {
+	// httpRoute publishes through a Gateway API HTTPRoute.
+	// +optional
+	HTTPRoute *HTTPRouteExposure `json:"httpRoute,omitempty"`
+	// ingress publishes through an Ingress.
+	// +optional
+	Ingress *IngressExposure `json:"ingress,omitempty"`
+}
+
+// WebhookEndpointSpec is the desired receiver.
+type WebhookEndpointSpec struct {
+	// provider selects the signature scheme and presets.
+	Provider ProviderSpec `json:"provider"`
+	// signingSecrets verify requests; any one verifies; the first is the primary.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	SigningSecrets []SigningSecret `json:"signingSecrets"`
+	// event says how to read id, type, entity key, amount and time from a payload.
+	// +optional
+	Event EventSpec `json:"event,omitempty"`
+	// database holds receipts, entities and the outbox.
+	Database DatabaseSpec `json:"database"`
+	// entity says where the state lives.
+	// +optional
+	Entity EntitySpec `json:"entity,omitempty"`
+	// stateMachine is the table of allowed transitions.
+	StateMachine StateMachineSpec `json:"stateMachine"`
+	// delivery sends each outbox event to the app.
+	Delivery DeliverySpec `json:"delivery"`
+	// receiver shapes the receiver pods.
+	// +kubebuilder:default={replicas: 2}
+	// +optional
+	Receiver ReceiverSpec `json:"receiver,omitempty"`
+	// monitoring creates a ServiceMonitor and PrometheusRule when their CRDs exist.
+	// +kubebuilder:default={serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}}
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+	// exposure publishes the endpoint over HTTPS.
+	// +optional
+	Exposure *ExposureSpec `json:"exposure,omitempty"`
+	// networkPolicy fences the receiver pods.
+	// +kubebuilder:default={enabled: true}
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// Condition types of a WebhookEndpoint.
+const (
+	ConditionReady             = "Ready"
+	ConditionConfigValid       = "ConfigValid"
+	ConditionSecretsResolved   = "SecretsResolved"
+	ConditionDatabaseMigrated  = "DatabaseMigrated"
+	ConditionReceiverAvailable = "ReceiverAvailable"
+	ConditionExposed           = "Exposed"
+)
+
+// WebhookEndpointStatus is the observed state.
+type WebhookEndpointStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// url providers should send webhooks to: the public https URL when exposed, the
+	// in-cluster URL otherwise.
+	// +optional
+	URL string `json:"url,omitempty"`
+	// activeSecrets is the number of signing secrets currently verifying.
+	// +optional
+	ActiveSecrets int32 `json:"activeSecrets,omitempty"`
+	// schemaVersion is the database schema version the migration Job applied.
+	// +optional
+	SchemaVersion int64 `json:"schemaVersion,omitempty"`
+	// conditions: Ready, ConfigValid, SecretsResolved, DatabaseMigrated, ReceiverAvailable, Exposed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WebhookEndpoint turns a manifest into a running exactly-once webhook receiver.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=whe;webhook
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WebhookEndpoint struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WebhookEndpointSpec   `json:"spec,omitempty"`
+	Status WebhookEndpointStatus `json:"status,omitempty"`
+}
+
+// WebhookEndpointList is a list of WebhookEndpoints.
+// +kubebuilder:object:root=true
+type WebhookEndpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WebhookEndpoint `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WebhookEndpoint{}, &WebhookEndpointList{})
+}

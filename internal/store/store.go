@@ -1,0 +1,153 @@
+// Package store owns hookkeeper's PostgreSQL schema: connection pools bound to an
+// endpoint's schema, the embedded migrations and the quoted table names.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// SchemaVersion is the newest migration version embedded in this binary. The operator
+// puts it in the migration Job's name, so a new binary runs a new Job.
+var SchemaVersion = mustLatestVersion()
+
+// Tables holds the quoted, schema-qualified names of hookkeeper's tables. Identifiers
+// from the spec are only ever used through pgx's identifier quoting.
+type Tables struct {
+	Schema   string
+	Events   string
+	Entities string
+	Outbox   string
+}
+
+// TablesIn returns the table names inside schema.
+func TablesIn(schema string) Tables {
+	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	return Tables{
+		Schema:   pgx.Identifier{schema}.Sanitize(),
+		Events:   q("webhook_events"),
+		Entities: q("entities"),
+		Outbox:   q("outbox"),
+	}
+}
+
+// Open parses url, sizes the pool and checks the server answers. The pool's sessions
+// keep the default search_path: every query names its schema.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse error can echo the URL, password included: say less.
+		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reach database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// Migrate brings schema up to SchemaVersion under a PostgreSQL advisory lock, so
+// concurrent migration Jobs for endpoints sharing a database are safe. It returns the
+// version reached.
+func Migrate(ctx context.Context, url, schema string) (int64, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return 0, errors.New("database URL is not a valid PostgreSQL connection string")
+	}
+	// goose keeps its version table in the search_path's first schema, so every
+	// endpoint schema has its own migration history.
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	defer func() { _ = db.Close() }()
+	db.SetMaxOpenConns(1)
+
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return 0, fmt.Errorf("create schema %q: %w", schema, err)
+	}
+	provider, err := newProvider(db)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return 0, fmt.Errorf("migrate schema %q: %w", schema, err)
+	}
+	v, err := provider.GetDBVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version of %q: %w", schema, err)
+	}
+	return v, nil
+}
+
+// CurrentVersion reports the migration version of schema, 0 when never migrated.
+func CurrentVersion(ctx context.Context, pool *pgxpool.Pool, schema string) (int64, error) {
+	var v int64
+	err := pool.QueryRow(ctx, fmt.Sprintf(
+		`SELECT COALESCE(max(version_id), 0) FROM %s WHERE is_applied`,
+		pgx.Identifier{schema, "goose_db_version"}.Sanitize())).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version of %q: %w", schema, err)
+	}
+	return v, nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("create migration lock: %w", err)
+	}
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("open embedded migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return p, nil
+}
+
+func mustLatestVersion() int64 {
+	entries, err := migrationFiles.ReadDir("migrations")
+	if err != nil {
+		panic(err)
+	}
+	var latest int64
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("migration %s: version is not a number", e.Name()))
+		}
+		latest = max(latest, v)
+	}
+	return latest
+}
