@@ -1,0 +1,257 @@
+package signature
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// HeaderAdyenHmacSignature is the header of Adyen's newer webhooks (e.g. balance platform
+// and management webhooks): base64 HMAC-SHA256 of the raw body.
+const HeaderAdyenHmacSignature = "HmacSignature"
+
+// adyenVerifier implements Adyen's two forms. With an HmacSignature header, the header
+// signs the raw body. Without it, the body is a Standard webhook batch and every
+// notification item carries its own additionalData.hmacSignature over
+// pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success;
+// every item must verify, so one forged item cannot ride along with authentic ones.
+type adyenVerifier struct {
+	core *hmacCore
+}
+
+// adyenItem is one notification item reduced to what its signature covers.
+type adyenItem struct {
+	fields    [8]string // the signed fields, in signing order
+	signature string    // additionalData.hmacSignature, still base64
+}
+
+// signedParts returns the fields joined with ':' as Adyen signs them.
+func (it adyenItem) signedParts() [][]byte {
+	parts := make([][]byte, 0, 2*len(it.fields)-1)
+	for i, f := range it.fields {
+		if i > 0 {
+			parts = append(parts, []byte(":"))
+		}
+		parts = append(parts, []byte(f))
+	}
+	return parts
+}
+
+var errNotObject = errors.New("not a JSON object")
+
+// decodeObject decodes one JSON object into its members, rejecting duplicate keys: with
+// duplicates, the value this package verifies and the value a later parser acts on could
+// differ. It also rejects trailing data after the object.
+func decodeObject(raw []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errNotObject
+	}
+	members := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, errNotObject
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, err
+		}
+		if _, dup := members[key]; dup {
+			return nil, errors.New("duplicate object key")
+		}
+		members[key] = value
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the JSON object")
+	}
+	return members, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
+}
+
+// optionalObject decodes a member that may be absent or null.
+func optionalObject(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	if isNull(raw) {
+		return map[string]json.RawMessage{}, nil
+	}
+	return decodeObject(raw)
+}
+
+// stringField renders a string member; absent or null is the empty string, as in Adyen's
+// own libraries.
+func stringField(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", errors.New("expected a string")
+	}
+	return s, nil
+}
+
+// integerField renders amount.value exactly as it appears: an integer literal in minor
+// units. Anything else (a fraction, an exponent, a string) is refused rather than
+// normalised, so the text verified is the number a later parser reads.
+func integerField(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	s := string(bytes.TrimSpace(raw))
+	digits := s
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if digits == "" || len(digits) > 19 {
+		return "", errors.New("expected an integer")
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return "", errors.New("expected an integer")
+		}
+	}
+	return s, nil
+}
+
+// successField renders success, which Adyen sends as the string "true" or "false";
+// a JSON boolean renders the same way.
+func successField(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	switch s := string(bytes.TrimSpace(raw)); s {
+	case "true", "false":
+		return s, nil
+	}
+	return stringField(raw)
+}
+
+// parseAdyenBody extracts every notification item of a Standard webhook body.
+func parseAdyenBody(body []byte) ([]adyenItem, error) {
+	envelope, err := decodeObject(body)
+	if err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	var rawItems []json.RawMessage
+	if isNull(envelope["notificationItems"]) {
+		return nil, errors.New("body has no notificationItems")
+	}
+	if err := json.Unmarshal(envelope["notificationItems"], &rawItems); err != nil {
+		return nil, errors.New("notificationItems is not an array")
+	}
+	if len(rawItems) == 0 {
+		return nil, errors.New("notificationItems is empty")
+	}
+	items := make([]adyenItem, 0, len(rawItems))
+	for i, rawItem := range rawItems {
+		item, err := parseAdyenItem(rawItem)
+		if err != nil {
+			return nil, fmt.Errorf("notification item %d: %w", i, err)
+		}
+		items = append(items, item)
+	}
+	return items, nil
+}
+
+func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
+	wrapper, err := decodeObject(raw)
+	if err != nil {
+		return adyenItem{}, err
+	}
+	if isNull(wrapper["NotificationRequestItem"]) {
+		return adyenItem{}, errors.New("no NotificationRequestItem")
+	}
+	m, err := decodeObject(wrapper["NotificationRequestItem"])
+	if err != nil {
+		return adyenItem{}, fmt.Errorf("NotificationRequestItem: %w", err)
+	}
+	amount, err := optionalObject(m["amount"])
+	if err != nil {
+		return adyenItem{}, fmt.Errorf("amount: %w", err)
+	}
+	additional, err := optionalObject(m["additionalData"])
+	if err != nil {
+		return adyenItem{}, fmt.Errorf("additionalData: %w", err)
+	}
+	var it adyenItem
+	fields := []struct {
+		name   string
+		raw    json.RawMessage
+		render func(json.RawMessage) (string, error)
+	}{
+		{"pspReference", m["pspReference"], stringField},
+		{"originalReference", m["originalReference"], stringField},
+		{"merchantAccountCode", m["merchantAccountCode"], stringField},
+		{"merchantReference", m["merchantReference"], stringField},
+		{"amount.value", amount["value"], integerField},
+		{"amount.currency", amount["currency"], stringField},
+		{"eventCode", m["eventCode"], stringField},
+		{"success", m["success"], successField},
+	}
+	for i, f := range fields {
+		if it.fields[i], err = f.render(f.raw); err != nil {
+			return adyenItem{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if it.signature, err = stringField(additional["hmacSignature"]); err != nil {
+		return adyenItem{}, fmt.Errorf("additionalData.hmacSignature: %w", err)
+	}
+	return it, nil
+}
+
+func (v *adyenVerifier) Verify(req Request) error {
+	keys, ferr := v.core.active(req.Now)
+	if ferr != nil {
+		return ferr
+	}
+	size := v.core.macSize()
+	if present(req.Header, HeaderAdyenHmacSignature) || len(req.Header.Values(HeaderAdyenHmacSignature)) > 1 {
+		value, ferr := singleHeader(req.Header, HeaderAdyenHmacSignature)
+		if ferr != nil {
+			return ferr
+		}
+		sig, ok := decodeSignature(v1alpha1.EncodingBase64, value, size)
+		if !ok {
+			return fail(ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
+		}
+		if !v.core.match(keys, [][]byte{sig}, req.Body) {
+			return fail(ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)
+		}
+		return nil
+	}
+	items, err := parseAdyenBody(req.Body)
+	if err != nil {
+		return fail(ReasonMalformedHeader, "not an Adyen notification: %v", err)
+	}
+	for i, it := range items {
+		if it.signature == "" {
+			return fail(ReasonMissingHeader, "notification item %d has no additionalData.hmacSignature", i)
+		}
+		sig, ok := decodeSignature(v1alpha1.EncodingBase64, it.signature, size)
+		if !ok {
+			return fail(ReasonMalformedHeader, "notification item %d: additionalData.hmacSignature is not a base64 HMAC-SHA256", i)
+		}
+		if !v.core.match(keys, [][]byte{sig}, it.signedParts()...) {
+			return fail(ReasonMismatch, "notification item %d: no active secret produces its hmacSignature", i)
+		}
+	}
+	return nil
+}

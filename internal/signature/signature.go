@@ -1,0 +1,153 @@
+// Package signature verifies webhook signatures over the raw request body, for every
+// provider a WebhookEndpoint can name. It does no I/O and keeps no clock: the caller
+// passes the request time, so expiry and replay windows are testable and deterministic.
+//
+// Every verifier fails closed. A request verifies only when an active (unexpired) secret
+// produces a MAC equal, in constant time, to one of the signatures the request carries;
+// anything else — no secret, a missing or empty header, a stale timestamp — is an *Error
+// whose Reason is a stable, low-cardinality metric label.
+package signature
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// Secret is one signing secret of an endpoint.
+type Secret struct {
+	// Value is the secret exactly as stored in the Kubernetes Secret (e.g. "whsec_..." for
+	// Stripe and Standard Webhooks, hex for Adyen). New decodes it once.
+	Value string
+	// ExpiresAt is when the secret stops verifying; the zero time means never.
+	ExpiresAt time.Time
+}
+
+// Request is what a verifier looks at: the headers, the raw body bytes exactly as
+// received, and the time the request arrived.
+type Request struct {
+	Header http.Header
+	Body   []byte
+	// Now decides which secrets are active and whether a signed timestamp is fresh. A
+	// zero Now verifies nothing, so a caller that forgets the clock cannot fail open.
+	Now time.Time
+}
+
+// Verifier checks one provider's signature scheme against a fixed set of secrets. It is
+// safe for concurrent use.
+type Verifier interface {
+	// Verify returns nil when any active (not expired at req.Now) secret verifies the
+	// request, else an *Error. It never fails open: no secrets, an empty secret, a
+	// missing or empty header are all errors.
+	Verify(req Request) error
+}
+
+// Reason classifies a verification failure. The values are stable and few, because
+// they are used as a metric label.
+type Reason string
+
+// The failure reasons.
+const (
+	// ReasonMissingHeader: a header the scheme needs (or, for Adyen, an item's
+	// hmacSignature) is absent or empty.
+	ReasonMissingHeader Reason = "missing_header"
+	// ReasonMalformedHeader: the header (or the Adyen body) cannot be parsed, or carries
+	// no signature of the expected version, encoding and length.
+	ReasonMalformedHeader Reason = "malformed_header"
+	// ReasonTimestampOutOfTolerance: the signed timestamp is further from now than the
+	// provider's tolerance, in either direction.
+	ReasonTimestampOutOfTolerance Reason = "timestamp_out_of_tolerance"
+	// ReasonNoActiveSecret: every secret has expired (or the request carries no time).
+	ReasonNoActiveSecret Reason = "no_active_secret"
+	// ReasonMismatch: the request is well formed but no active secret verifies it.
+	ReasonMismatch Reason = "mismatch"
+)
+
+// Error is a verification failure. Detail says what was wrong for a person reading the
+// log; it never contains secret material, computed digests or header values.
+type Error struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *Error) Error() string {
+	if e.Detail == "" {
+		return "signature verification failed: " + string(e.Reason)
+	}
+	return "signature verification failed: " + string(e.Reason) + ": " + e.Detail
+}
+
+// ReasonOf returns the Reason of a verification error: "" for nil and for errors that
+// did not come from a Verifier.
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+func fail(reason Reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// DefaultTolerance is the accepted age of a signed timestamp when the spec sets none.
+const DefaultTolerance = 5 * time.Minute
+
+// ErrNoSecrets is returned by New when it is given no secrets at all: a verifier without
+// a secret could only ever reject, which is a configuration error worth surfacing early.
+var ErrNoSecrets = errors.New("no signing secrets configured")
+
+// New builds the verifier for a provider spec with its secrets. It decodes every key once
+// and returns an error naming the secret's index (never its value) when a key is empty or
+// cannot be decoded, and an error describing the problem when the spec is unusable.
+func New(spec v1alpha1.ProviderSpec, secrets []Secret) (Verifier, error) {
+	if spec.HMAC != nil && spec.Type != v1alpha1.ProviderHMAC {
+		return nil, fmt.Errorf("provider.hmac is set but provider.type is %q; it is only allowed with type HMAC", spec.Type)
+	}
+	tolerance := DefaultTolerance
+	if spec.Tolerance != nil {
+		tolerance = spec.Tolerance.Duration
+		if tolerance <= 0 {
+			return nil, fmt.Errorf("provider.tolerance must be positive, got %s", tolerance)
+		}
+	}
+
+	switch spec.Type {
+	case v1alpha1.ProviderStripe:
+		core, err := newCore(sha256.New, v1alpha1.KeyRaw, secrets)
+		if err != nil {
+			return nil, err
+		}
+		return &stripeVerifier{core: core, tolerance: tolerance}, nil
+	case v1alpha1.ProviderAdyen:
+		core, err := newCore(sha256.New, v1alpha1.KeyHex, secrets)
+		if err != nil {
+			return nil, err
+		}
+		return &adyenVerifier{core: core}, nil
+	case v1alpha1.ProviderGitHub:
+		return newListVerifier(githubScheme(), tolerance, secrets)
+	case v1alpha1.ProviderShopify:
+		return newListVerifier(shopifyScheme(), tolerance, secrets)
+	case v1alpha1.ProviderSlack:
+		return newListVerifier(slackScheme(), tolerance, secrets)
+	case v1alpha1.ProviderStandardWebhooks:
+		return newListVerifier(standardWebhooksScheme(), tolerance, secrets)
+	case v1alpha1.ProviderHMAC:
+		if spec.HMAC == nil {
+			return nil, errors.New("provider.type HMAC needs provider.hmac")
+		}
+		scheme, err := schemeFromHMACSpec(*spec.HMAC)
+		if err != nil {
+			return nil, fmt.Errorf("provider.hmac: %w", err)
+		}
+		return newListVerifier(scheme, tolerance, secrets)
+	default:
+		return nil, fmt.Errorf("unknown provider.type %q", spec.Type)
+	}
+}
