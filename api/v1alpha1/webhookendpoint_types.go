@@ -291,6 +291,7 @@ type EntitySpec struct {
 type Transition struct {
 	// name of the transition, unique in the state machine.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// on lists the event types that trigger the transition.
 	// +kubebuilder:validation:MinItems=1
@@ -300,7 +301,7 @@ type Transition struct {
 	On []string `json:"on"`
 	// from lists the states the transition may start from.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
 	// +listType=set
 	From []string `json:"from"`
@@ -321,21 +322,54 @@ type Transition struct {
 // StateMachineSpec is the table of allowed transitions. Transitions only move forward
 // from listed states, so duplicates, stale and out-of-order events are harmless no-ops.
 // +kubebuilder:validation:XValidation:rule="self.initial in self.states",messageExpression="'stateMachine.initial ' + self.initial + ' is not one of stateMachine.states'"
-// +kubebuilder:validation:XValidation:rule="self.transitions.all(t, t.to in self.states)",messageExpression="'transition ' + self.transitions.filter(t, !(t.to in self.states))[0].name + ': to ' + self.transitions.filter(t, !(t.to in self.states))[0].to + ' is not one of stateMachine.states'"
-// +kubebuilder:validation:XValidation:rule="self.transitions.all(t, t.from.all(f, f in self.states))",messageExpression="'transition ' + self.transitions.filter(t, !t.from.all(f, f in self.states))[0].name + ': a from state is not one of stateMachine.states'"
+// The apiserver's CEL cost estimator rejects list comprehensions (filter, map) in a
+// messageExpression, so each transition index gets its own rule: that is what lets the
+// message name the offending transition and state. maxItems of transitions bounds them.
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 0 || self.transitions[0].to in self.states",messageExpression="'transition ' + self.transitions[0].name + ': to ' + self.transitions[0].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 0 || self.transitions[0].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[0].name + ': from [' + self.transitions[0].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 1 || self.transitions[1].to in self.states",messageExpression="'transition ' + self.transitions[1].name + ': to ' + self.transitions[1].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 1 || self.transitions[1].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[1].name + ': from [' + self.transitions[1].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 2 || self.transitions[2].to in self.states",messageExpression="'transition ' + self.transitions[2].name + ': to ' + self.transitions[2].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 2 || self.transitions[2].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[2].name + ': from [' + self.transitions[2].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 3 || self.transitions[3].to in self.states",messageExpression="'transition ' + self.transitions[3].name + ': to ' + self.transitions[3].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 3 || self.transitions[3].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[3].name + ': from [' + self.transitions[3].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 4 || self.transitions[4].to in self.states",messageExpression="'transition ' + self.transitions[4].name + ': to ' + self.transitions[4].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 4 || self.transitions[4].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[4].name + ': from [' + self.transitions[4].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 5 || self.transitions[5].to in self.states",messageExpression="'transition ' + self.transitions[5].name + ': to ' + self.transitions[5].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 5 || self.transitions[5].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[5].name + ': from [' + self.transitions[5].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 6 || self.transitions[6].to in self.states",messageExpression="'transition ' + self.transitions[6].name + ': to ' + self.transitions[6].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 6 || self.transitions[6].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[6].name + ': from [' + self.transitions[6].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 7 || self.transitions[7].to in self.states",messageExpression="'transition ' + self.transitions[7].name + ': to ' + self.transitions[7].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 7 || self.transitions[7].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[7].name + ': from [' + self.transitions[7].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 8 || self.transitions[8].to in self.states",messageExpression="'transition ' + self.transitions[8].name + ': to ' + self.transitions[8].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 8 || self.transitions[8].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[8].name + ': from [' + self.transitions[8].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 9 || self.transitions[9].to in self.states",messageExpression="'transition ' + self.transitions[9].name + ': to ' + self.transitions[9].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 9 || self.transitions[9].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[9].name + ': from [' + self.transitions[9].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 10 || self.transitions[10].to in self.states",messageExpression="'transition ' + self.transitions[10].name + ': to ' + self.transitions[10].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 10 || self.transitions[10].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[10].name + ': from [' + self.transitions[10].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 11 || self.transitions[11].to in self.states",messageExpression="'transition ' + self.transitions[11].name + ': to ' + self.transitions[11].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 11 || self.transitions[11].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[11].name + ': from [' + self.transitions[11].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 12 || self.transitions[12].to in self.states",messageExpression="'transition ' + self.transitions[12].name + ': to ' + self.transitions[12].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 12 || self.transitions[12].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[12].name + ': from [' + self.transitions[12].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 13 || self.transitions[13].to in self.states",messageExpression="'transition ' + self.transitions[13].name + ': to ' + self.transitions[13].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 13 || self.transitions[13].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[13].name + ': from [' + self.transitions[13].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 14 || self.transitions[14].to in self.states",messageExpression="'transition ' + self.transitions[14].name + ': to ' + self.transitions[14].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 14 || self.transitions[14].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[14].name + ': from [' + self.transitions[14].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 15 || self.transitions[15].to in self.states",messageExpression="'transition ' + self.transitions[15].name + ': to ' + self.transitions[15].to + ' is not one of stateMachine.states [' + self.states.join(', ') + ']'"
+// +kubebuilder:validation:XValidation:rule="size(self.transitions) <= 15 || self.transitions[15].from.all(f, f in self.states)",messageExpression="'transition ' + self.transitions[15].name + ': from [' + self.transitions[15].from.join(', ') + '] names a state that is not one of stateMachine.states [' + self.states.join(', ') + ']'"
 type StateMachineSpec struct {
 	// initial is the state of an entity created by onUnmatched Create.
 	// +kubebuilder:validation:MaxLength=63
 	Initial string `json:"initial"`
 	// states lists every state.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=63
 	// +listType=set
 	States []string `json:"states"`
 	// transitions lists the allowed moves.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=16
 	// +listType=map
 	// +listMapKey=name
 	Transitions []Transition `json:"transitions"`
@@ -613,6 +647,11 @@ const (
 	ConditionDatabaseMigrated  = "DatabaseMigrated"
 	ConditionReceiverAvailable = "ReceiverAvailable"
 	ConditionExposed           = "Exposed"
+	// ConditionReconciling and ConditionStalled follow the kstatus conventions (abnormal-true):
+	// Reconciling=True while the operator is still converging, Stalled=True when it cannot
+	// make progress until a person acts. Both are absent when Ready is True.
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
 )
 
 // WebhookEndpointStatus is the observed state.

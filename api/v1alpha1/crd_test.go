@@ -1,0 +1,158 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+func newClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(testsupport.StartEnvtest(t), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	return c
+}
+
+func validEndpoint(name string) *v1alpha1.WebhookEndpoint {
+	ref := func(n, k string) corev1.SecretKeySelector {
+		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: n}, Key: k}
+	}
+	return &v1alpha1.WebhookEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1alpha1.WebhookEndpointSpec{
+			Provider:       v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
+			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: ref("stripe", "current")}},
+			Database:       v1alpha1.DatabaseSpec{URLSecretRef: ref("db", "uri")},
+			StateMachine: v1alpha1.StateMachineSpec{
+				Initial: "payment_pending",
+				States:  []string{"payment_pending", "paid", "refunded"},
+				Transitions: []v1alpha1.Transition{
+					{Name: "capture", On: []string{"payment_intent.succeeded"}, From: []string{"payment_pending"}, To: "paid", Emit: "order.paid"},
+					{Name: "refund", On: []string{"charge.refunded"}, From: []string{"paid"}, To: "refunded"},
+				},
+			},
+			Delivery: v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://fulfilment.shop.svc:8080/events"}},
+		},
+	}
+}
+
+// The CRD's defaults land on a round trip, so GitOps tools see no drift.
+func TestCRDRoundTripAppliesDefaults(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	in := validEndpoint("roundtrip")
+	if err := c.Create(ctx, in); err != nil {
+		t.Fatalf("create a valid endpoint: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
+
+	var got v1alpha1.WebhookEndpoint
+	if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	s := got.Spec
+	checks := map[string]bool{
+		"provider.tolerance 5m":      s.Provider.Tolerance != nil && s.Provider.Tolerance.Duration == 5*time.Minute,
+		"database.schema hookkeeper": s.Database.Schema == "hookkeeper",
+		"entity.onUnmatched Record":  s.Entity.OnUnmatched == v1alpha1.UnmatchedRecord,
+		"delivery.maxAttempts 12":    s.Delivery.MaxAttempts == 12,
+		"delivery.ordering":          s.Delivery.Ordering == v1alpha1.OrderingPerEntity,
+		"delivery.backoff.max 15m":   s.Delivery.Backoff.Max != nil && s.Delivery.Backoff.Max.Duration == 15*time.Minute,
+		"receiver.replicas 2":        s.Receiver.Replicas != nil && *s.Receiver.Replicas == 2,
+		"receiver.path /":            s.Receiver.Path == "/",
+		"receiver.maxBodyBytes 1MiB": s.Receiver.MaxBodyBytes == 1048576,
+		"serviceMonitor enabled":     s.Monitoring.ServiceMonitor.Enabled,
+		"networkPolicy enabled":      s.NetworkPolicy.Enabled,
+	}
+	for what, ok := range checks {
+		if !ok {
+			t.Errorf("default not applied: %s", what)
+		}
+	}
+}
+
+// Admission catches what OpenAPI and CEL rules can, with messages that name the problem.
+func TestCRDRejectsInvalidEndpoints(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cases := []struct {
+		name   string
+		mutate func(*v1alpha1.WebhookEndpoint)
+		want   []string
+	}{
+		{"transition to an unknown state", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.Transitions[1].To = "chargeback"
+		}, []string{"transition refund: to chargeback is not one of stateMachine.states"}},
+		{"transition from an unknown state", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.Transitions[0].From = []string{"nowhere"}
+		}, []string{"transition capture: from [nowhere]", "not one of stateMachine.states"}},
+		{"initial not a state", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.Initial = "draft"
+		}, []string{"stateMachine.initial draft"}},
+		{"duplicate transition names", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.Transitions[1].Name = "capture"
+		}, []string{"Duplicate value"}},
+		{"hmac block without type HMAC", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.HMAC = &v1alpha1.HMACSpec{Header: "X-Sig"}
+		}, []string{"provider.hmac is required when provider.type is HMAC"}},
+		{"type HMAC without hmac block", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.Type = v1alpha1.ProviderHMAC
+		}, []string{"provider.hmac is required when provider.type is HMAC"}},
+		{"Create with the app's table", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Entity = v1alpha1.EntitySpec{OnUnmatched: v1alpha1.UnmatchedCreate,
+				Table: &v1alpha1.EntityTableSpec{Name: "orders", KeyColumn: "id", StateColumn: "status"}}
+		}, []string{"onUnmatched Create needs the managed entity table"}},
+		{"sink with neither url nor serviceRef", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Delivery.Sink = v1alpha1.SinkSpec{}
+		}, []string{"exactly one of url or serviceRef"}},
+		{"five signing secrets", func(w *v1alpha1.WebhookEndpoint) {
+			for range 4 {
+				w.Spec.SigningSecrets = append(w.Spec.SigningSecrets, w.Spec.SigningSecrets[0])
+			}
+		}, []string{"signingSecrets", "must have at most 4 items"}},
+		{"unknown provider", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.Type = "PayPal"
+		}, []string{"Unsupported value", "PayPal"}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := validEndpoint("invalid-" + string(rune('a'+i)))
+			tc.mutate(w)
+			err := c.Create(ctx, w)
+			if err == nil {
+				_ = c.Delete(context.Background(), w)
+				t.Fatalf("admission accepted an invalid endpoint")
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err.Error(), want)
+				}
+			}
+		})
+	}
+}
