@@ -1,0 +1,155 @@
+# hookkeeper: build, generate, test and run. `make help` lists the targets.
+#
+# Every tool is pinned by a Go module under hack/tools/ and built into bin/ the first
+# time it is needed; later runs reuse bin/ and the Go build cache.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+IMG       ?= hookkeeper:latest
+# Packages whose tests `make test` runs: everything, including test/e2e.
+TEST_PKGS ?= ./...
+TEST_FLAGS ?= -count=1 -timeout 45m
+
+CONTROLLER_GEN := $(BIN)/controller-gen
+GOLANGCI_LINT  := $(BIN)/golangci-lint
+HELM           := $(BIN)/helm
+KUSTOMIZE      := $(BIN)/kustomize
+CONTROLPLANE   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler
+HOOKKEEPER     := $(BIN)/hookkeeper
+
+export KUBEBUILDER_ASSETS := $(BIN)
+export HOOKKEEPER_BIN_DIR := $(BIN)
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-16s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers, and copy the CRD into the chart.
+	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths="./api/...;./controllers/..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@mkdir -p charts/hookkeeper/crds
+	cp config/crd/bases/*.yaml charts/hookkeeper/crds/
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+
+.PHONY: api-docs
+api-docs: manifests ## Regenerate docs/api-reference.md from the CRD.
+	$(GO) run ./hack/gen-api-docs config/crd/bases/hookkeeper.dev_webhookendpoints.yaml > docs/api-reference.md
+
+.PHONY: fmt
+fmt: ## gofmt the tree.
+	$(GO) fmt ./...
+
+.PHONY: vet
+vet: ## go vet the tree.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: test
+test: manifests generate fmt vet tools build ## Run every test: unit, PostgreSQL, envtest, manifests and e2e.
+	@echo "==> go test $(TEST_PKGS) (PostgreSQL: TEST_DATABASE_URL, else 127.0.0.1:5432, else a throwaway server)"
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
+
+.PHONY: test-e2e
+test-e2e: tools build ## Run only the end-to-end suite on the local cluster.
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) test $(TEST_FLAGS) -v ./test/e2e/...
+
+.PHONY: bench
+bench: tools build ## Run the receiver and dispatcher benchmarks and print their table.
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(HOOKKEEPER)
+
+##@ Build
+
+.PHONY: build
+build: ## Build bin/hookkeeper.
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(HOOKKEEPER) ./cmd/hookkeeper
+
+.PHONY: run
+run: manifests generate ## Run the operator against the cluster in ~/.kube/config.
+	$(GO) run ./cmd/hookkeeper manager --leader-elect=false
+
+.PHONY: dev
+dev: tools build ## Start the local cluster with the samples and the scripted demo.
+	$(HOOKKEEPER) dev --demo --bin-dir $(BIN)
+
+.PHONY: docker-build
+docker-build: ## Build the image (needs a Docker engine).
+	docker build -t $(IMG) .
+
+.PHONY: build-installer
+build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (CRDs, RBAC, operator).
+	@mkdir -p dist
+	cd config/manager && $(KUSTOMIZE) edit set image hookkeeper=$(IMG)
+	$(KUSTOMIZE) build config/default > dist/install.yaml
+	@echo "wrote dist/install.yaml"
+
+.PHONY: helm-lint
+helm-lint: $(HELM) ## Lint the Helm chart.
+	$(HELM) lint charts/hookkeeper
+
+##@ Deployment
+
+.PHONY: install
+install: manifests $(KUSTOMIZE) ## Install the CRDs into the cluster in ~/.kube/config.
+	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests $(KUSTOMIZE) ## Remove the CRDs.
+	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests $(KUSTOMIZE) ## Deploy the operator to the cluster in ~/.kube/config.
+	cd config/manager && $(KUSTOMIZE) edit set image hookkeeper=$(IMG)
+	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) ## Remove the operator.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Tools (pinned in hack/tools/*/go.mod, built into bin/)
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(HELM) $(KUSTOMIZE) controlplane ## Build every tool the tests need.
+
+.PHONY: controlplane
+controlplane: $(CONTROLPLANE) ## Build etcd and the Kubernetes control plane from their Go modules.
+
+$(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
+	@echo "==> building controller-gen"
+	cd hack/tools/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
+	@echo "==> building golangci-lint (first time: a few minutes)"
+	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(HELM): hack/tools/helm/go.mod
+	@echo "==> building helm"
+	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
+$(KUSTOMIZE): hack/tools/kustomize/go.mod
+	@echo "==> building kustomize"
+	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+
+$(BIN)/etcd: hack/tools/etcd/go.mod
+	@echo "==> building etcd (first time: about a minute)"
+	cd hack/tools/etcd && $(GO) build -o $@ go.etcd.io/etcd/server/v3
+
+$(BIN)/kube-%: hack/tools/controlplane/go.mod
+	@echo "==> building kube-$* (first time: several minutes on 2 cores; then cached)"
+	cd hack/tools/controlplane && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-$*
