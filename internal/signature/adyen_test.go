@@ -1,0 +1,239 @@
+package signature
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+const (
+	adyenKeyA = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056" // Adyen's example key
+	adyenKeyB = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00" // Adyen Go library's test key
+)
+
+// adyenTestItem is a notification item built by the tests, signed here with crypto/hmac
+// rather than through the package.
+type adyenTestItem struct {
+	PSP, Original, Merchant, Reference string
+	Value                              int64
+	Currency, EventCode, Success       string
+}
+
+func (it adyenTestItem) signingString() string {
+	return strings.Join([]string{it.PSP, it.Original, it.Merchant, it.Reference,
+		fmt.Sprint(it.Value), it.Currency, it.EventCode, it.Success}, ":")
+}
+
+func (it adyenTestItem) sign(t testing.TB, hexKey string) string {
+	key, err := hex.DecodeString(hexKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(it.signingString()))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (it adyenTestItem) json(signature string) map[string]any {
+	item := map[string]any{
+		"pspReference":        it.PSP,
+		"merchantAccountCode": it.Merchant,
+		"merchantReference":   it.Reference,
+		"amount":              map[string]any{"value": it.Value, "currency": it.Currency},
+		"eventCode":           it.EventCode,
+		"success":             it.Success,
+		"eventDate":           "2026-01-01T00:00:00+01:00",
+		"additionalData":      map[string]any{"hmacSignature": signature},
+	}
+	if it.Original != "" {
+		item["originalReference"] = it.Original
+	}
+	return map[string]any{"NotificationRequestItem": item}
+}
+
+func adyenBatch(t testing.TB, items ...map[string]any) []byte {
+	body, err := json.Marshal(map[string]any{"live": "false", "notificationItems": items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+var (
+	adyenAuth    = adyenTestItem{"8815000000000001", "", "ShopECOM", "order-1", 1130, "EUR", "AUTHORISATION", "true"}
+	adyenCapture = adyenTestItem{"8815000000000002", "8815000000000001", "ShopECOM", "order-1", 1130, "EUR", "CAPTURE", "true"}
+)
+
+func adyenVerifierWith(t *testing.T, keys ...string) Verifier {
+	t.Helper()
+	secrets := make([]Secret, len(keys))
+	for i, k := range keys {
+		secrets[i] = Secret{Value: k}
+	}
+	return mustNew(t, v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secrets...)
+}
+
+func adyenRequest(body []byte) Request {
+	return Request{Header: http.Header{}, Body: body, Now: time.Unix(1700000000, 0)}
+}
+
+func TestAdyenBatch(t *testing.T) {
+	verifier := adyenVerifierWith(t, adyenKeyA)
+	cases := []struct {
+		name string
+		body []byte
+		want Reason
+	}{
+		{"two signed items", adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA)), adyenCapture.json(adyenCapture.sign(t, adyenKeyA))), ""},
+		{"a forged item after an authentic one", adyenBatch(t,
+			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
+			adyenCapture.json(adyenCapture.sign(t, adyenKeyB))), ReasonMismatch},
+		{"an authentic item's signature copied onto another item", adyenBatch(t,
+			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
+			adyenCapture.json(adyenAuth.sign(t, adyenKeyA))), ReasonMismatch},
+		{"an unsigned item after an authentic one", adyenBatch(t,
+			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
+			adyenCapture.json("")), ReasonMissingHeader},
+		{"an item with a non-base64 signature", adyenBatch(t, adyenAuth.json("not base64!")), ReasonMalformedHeader},
+		{"an item with a short signature", adyenBatch(t, adyenAuth.json("AAAA")), ReasonMalformedHeader},
+		{"empty batch", adyenBatch(t), ReasonMalformedHeader},
+		{"no notificationItems", []byte(`{"live":"false"}`), ReasonMalformedHeader},
+		{"notificationItems not an array", []byte(`{"live":"false","notificationItems":{}}`), ReasonMalformedHeader},
+		{"item without NotificationRequestItem", []byte(`{"notificationItems":[{}]}`), ReasonMalformedHeader},
+		{"not JSON", []byte(`[accepted]`), ReasonMalformedHeader},
+		{"empty body", nil, ReasonMalformedHeader},
+		{"trailing data", append(adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA))), []byte(`{}`)...), ReasonMalformedHeader},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := verifier.Verify(adyenRequest(tc.body))
+			if got := ReasonOf(err); got != tc.want {
+				t.Fatalf("want %q, got %q (%v)", tc.want, got, err)
+			}
+		})
+	}
+}
+
+func TestAdyenBatchItemsMayUseEitherActiveKey(t *testing.T) {
+	// During a rotation Adyen signs queued events with the previous key and new ones with
+	// the new key, so one batch can mix them.
+	body := adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA)), adyenCapture.json(adyenCapture.sign(t, adyenKeyB)))
+	if err := adyenVerifierWith(t, adyenKeyB, adyenKeyA).Verify(adyenRequest(body)); err != nil {
+		t.Fatalf("mixed-key batch with both keys active: %v", err)
+	}
+	expired := mustNew(t, v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen},
+		Secret{Value: adyenKeyB}, Secret{Value: adyenKeyA, ExpiresAt: time.Unix(1600000000, 0)})
+	if got := ReasonOf(expired.Verify(adyenRequest(body))); got != ReasonMismatch {
+		t.Fatalf("an item signed with an expired key verified (%q)", got)
+	}
+}
+
+func TestAdyenSignedFieldsAreBoundToValues(t *testing.T) {
+	signed := adyenAuth.json(adyenAuth.sign(t, adyenKeyA))
+	item := signed["NotificationRequestItem"].(map[string]any)
+	verifier := adyenVerifierWith(t, adyenKeyA)
+	mutations := map[string]func(map[string]any){
+		"amount":            func(m map[string]any) { m["amount"] = map[string]any{"value": 1131, "currency": "EUR"} },
+		"currency":          func(m map[string]any) { m["amount"] = map[string]any{"value": 1130, "currency": "USD"} },
+		"success":           func(m map[string]any) { m["success"] = "false" },
+		"eventCode":         func(m map[string]any) { m["eventCode"] = "REFUND" },
+		"merchantReference": func(m map[string]any) { m["merchantReference"] = "order-2" },
+		"originalReference": func(m map[string]any) { m["originalReference"] = "x" },
+		"pspReference":      func(m map[string]any) { m["pspReference"] = "8815000000000009" },
+		"merchantAccount":   func(m map[string]any) { m["merchantAccountCode"] = "OtherECOM" },
+	}
+	for name, mutate := range mutations {
+		t.Run(name, func(t *testing.T) {
+			clone := map[string]any{}
+			for k, v := range item {
+				clone[k] = v
+			}
+			mutate(clone)
+			body := adyenBatch(t, map[string]any{"NotificationRequestItem": clone})
+			if got := ReasonOf(verifier.Verify(adyenRequest(body))); got != ReasonMismatch {
+				t.Fatalf("changing %s: want mismatch, got %q", name, got)
+			}
+		})
+	}
+	t.Run("unsigned fields may change", func(t *testing.T) {
+		clone := map[string]any{}
+		for k, v := range item {
+			clone[k] = v
+		}
+		clone["eventDate"] = "2030-01-01T00:00:00Z"
+		if err := verifier.Verify(adyenRequest(adyenBatch(t, map[string]any{"NotificationRequestItem": clone}))); err != nil {
+			t.Fatalf("a field outside the signature broke verification: %v", err)
+		}
+	})
+}
+
+func TestAdyenRefusesAmbiguousJSON(t *testing.T) {
+	sig := adyenAuth.sign(t, adyenKeyA)
+	verifier := adyenVerifierWith(t, adyenKeyA)
+	item := func(extra string) []byte {
+		return []byte(`{"notificationItems":[{"NotificationRequestItem":{` +
+			`"pspReference":"8815000000000001","merchantAccountCode":"ShopECOM","merchantReference":"order-1",` +
+			`"amount":{"value":1130,"currency":"EUR"},"eventCode":"AUTHORISATION","success":"true",` +
+			`"additionalData":{"hmacSignature":"` + sig + `"}` + extra + `}}]}`)
+	}
+	if err := verifier.Verify(adyenRequest(item(""))); err != nil {
+		t.Fatalf("hand-written item: %v", err)
+	}
+	for name, body := range map[string][]byte{
+		// A later parser taking the last duplicate would see an amount nobody signed.
+		"duplicate amount":   item(`,"amount":{"value":999999,"currency":"EUR"}`),
+		"duplicate success":  item(`,"success":"false"`),
+		"fractional amount":  []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1130.0`, 1)),
+		"exponent amount":    []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1.13e3`, 1)),
+		"string amount":      []byte(strings.Replace(string(item("")), `"value":1130`, `"value":"1130"`, 1)),
+		"non-string psp ref": []byte(strings.Replace(string(item("")), `"pspReference":"8815000000000001"`, `"pspReference":8815000000000001`, 1)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := ReasonOf(verifier.Verify(adyenRequest(body))); got != ReasonMalformedHeader {
+				t.Fatalf("want malformed_header, got %q", got)
+			}
+		})
+	}
+	t.Run("boolean success renders as its text", func(t *testing.T) {
+		body := []byte(strings.Replace(string(item("")), `"success":"true"`, `"success":true`, 1))
+		if err := verifier.Verify(adyenRequest(body)); err != nil {
+			t.Fatalf("boolean success: %v", err)
+		}
+	})
+}
+
+func TestAdyenHmacSignatureHeaderTakesPrecedence(t *testing.T) {
+	v := vectorNamed(t, "adyen-hmacsignature-header")
+	verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+
+	// A batch body whose items are unsigned verifies through the header alone ...
+	body := adyenBatch(t, adyenAuth.json(""))
+	key, _ := hex.DecodeString(v.Secret)
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+	req := adyenRequest(body)
+	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	if err := verifier.Verify(req); err != nil {
+		t.Fatalf("header form over a batch body: %v", err)
+	}
+	// ... and a wrong header is not rescued by correctly signed items.
+	signedItems := adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, v.Secret)))
+	req = adyenRequest(signedItems)
+	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	if got := ReasonOf(verifier.Verify(req)); got != ReasonMismatch {
+		t.Fatalf("want mismatch from the header, got %q", got)
+	}
+	req.Header.Set(HeaderAdyenHmacSignature, "@@@")
+	if got := ReasonOf(verifier.Verify(req)); got != ReasonMalformedHeader {
+		t.Fatalf("want malformed_header, got %q", got)
+	}
+}
