@@ -34,6 +34,8 @@ type Tables struct {
 	Events   string
 	Entities string
 	Outbox   string
+	// EntityClocks keeps last_event_at for entities in an app's own table.
+	EntityClocks string
 }
 
 // TablesIn returns the table names inside schema.
@@ -44,6 +46,8 @@ func TablesIn(schema string) Tables {
 		Events:   q("webhook_events"),
 		Entities: q("entities"),
 		Outbox:   q("outbox"),
+
+		EntityClocks: q("entity_clocks"),
 	}
 }
 

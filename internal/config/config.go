@@ -1,0 +1,490 @@
+// Package config turns a WebhookEndpoint into a compiled, validated Endpoint: the
+// signature verifier, the event extractor (CEL programs compiled once), the state machine
+// and the database settings. The receiver builds one at start with Load and uses it per
+// request; the operator calls Validate and reports its message in ConfigValid.
+//
+// # Event extraction
+//
+// Each field of spec.event is a CEL expression over `body` (the parsed JSON payload;
+// integral numbers are int) and `headers` (lower-cased names, first value, without
+// credentials or signatures). A field left empty takes the provider preset:
+//
+//	provider          id                               type                                      entityKey                                   amount                    occurredAt
+//	Stripe            body.id                          body.type                                 body.data.object.id                         body.data.object.amount   body.created
+//	Adyen (per item)  pspReference:eventCode:success   body.eventCode                            body.merchantReference                      body.amount.value         body.eventDate
+//	GitHub            headers["x-github-delivery"]     x-github-event + "." + body.action        pull_request/issue html_url, else repo name -                         -
+//	StandardWebhooks  headers["webhook-id"]            body.type                                 body.data.id                                body.data.amount          body.timestamp
+//	Shopify           headers["x-shopify-webhook-id"]  headers["x-shopify-topic"]                body.id                                     -                         headers["x-shopify-triggered-at"]
+//	Slack             body.event_id                    body.event.type                           body.event.channel                          -                         body.event_time
+//	HMAC              body.id                          body.type                                 -                                           -                         -
+//
+// The exact expressions are in Presets. For Adyen, `body` is one
+// notificationItems[].NotificationRequestItem and each item is its own event; its id is
+// `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`, because Adyen
+// re-sends an eventCode for a pspReference with a different success flag. The GitHub
+// type appends "." + body.action only when the payload has an action
+// (e.g. "pull_request.opened", "push").
+//
+// id and type are required (a payload without them is a 400). entityKey, amount and
+// occurredAt are optional: an expression that fails on a payload leaves the field empty.
+// id and entityKey may be strings or integers (Shopify ids); amount an integer (or a
+// whole double or a decimal string) in minor units; occurredAt a CEL timestamp, Unix
+// seconds, or an RFC 3339 string.
+//
+// # Secrets and environment
+//
+// Load takes the manifest from a file (`--endpoint FILE`, YAML or JSON) or from
+// EnvEndpoint, and everything secret from the environment (env.go): signing secret i
+// from EnvSigningSecretPrefix+i, the database URL from EnvDatabaseURL, the delivery key
+// from EnvDeliverySecret. A signing secret whose variable is empty fails Load, unless its
+// expiresAt has passed (the operator drops expired secrets), so a receiver never starts
+// with fewer secrets than its manifest promises.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/expr"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+	"github.com/hookkeeper/hookkeeper/internal/statemachine"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+// Endpoint is a compiled, validated endpoint; built once at start, used per request.
+type Endpoint struct {
+	Name, Namespace string
+	// Spec has Go-side defaults applied (the CRD's default values).
+	Spec      v1alpha1.WebhookEndpointSpec
+	Verifier  signature.Verifier
+	Extractor *Extractor
+	Machine   *statemachine.Machine
+	Tables    store.Tables
+	// DatabaseURL is secret: never log it.
+	DatabaseURL string
+	// DeliverySecret signs deliveries (Standard Webhooks); empty means unsigned.
+	DeliverySecret string
+	// SinkURL is EnvSinkURL when set, else spec.delivery.sink.url, else the in-cluster
+	// URL of spec.delivery.sink.serviceRef.
+	SinkURL string
+}
+
+// Key is "namespace/name", the value of the `endpoint` column of every table.
+func (e *Endpoint) Key() string { return e.Namespace + "/" + e.Name }
+
+// ReadManifest reads a WebhookEndpoint from manifestFile (YAML or JSON), or from the
+// EnvEndpoint variable when manifestFile is empty, and applies the defaults. Unknown
+// fields are errors, so a typo in a hand-written manifest is not silently ignored. An
+// empty namespace becomes "default".
+func ReadManifest(manifestFile string, getenv func(string) string) (*v1alpha1.WebhookEndpoint, error) {
+	var data []byte
+	source := EnvEndpoint
+	if manifestFile != "" {
+		b, err := os.ReadFile(manifestFile)
+		if err != nil {
+			return nil, fmt.Errorf("read endpoint manifest: %w", err)
+		}
+		data, source = b, manifestFile
+	} else {
+		data = []byte(getenv(EnvEndpoint))
+		if len(strings.TrimSpace(string(data))) == 0 {
+			return nil, fmt.Errorf("no endpoint: pass --endpoint FILE or set %s", EnvEndpoint)
+		}
+	}
+	var we v1alpha1.WebhookEndpoint
+	if err := yaml.UnmarshalStrict(data, &we); err != nil {
+		return nil, fmt.Errorf("parse endpoint manifest from %s: %w", source, err)
+	}
+	if we.APIVersion != "" && we.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil, fmt.Errorf("endpoint manifest from %s: apiVersion is %q, want %q", source, we.APIVersion, v1alpha1.GroupVersion.String())
+	}
+	if we.Kind != "" && we.Kind != "WebhookEndpoint" {
+		return nil, fmt.Errorf("endpoint manifest from %s: kind is %q, want WebhookEndpoint", source, we.Kind)
+	}
+	if we.Name == "" {
+		return nil, fmt.Errorf("endpoint manifest from %s: metadata.name is required", source)
+	}
+	if we.Namespace == "" {
+		we.Namespace = "default"
+	}
+	ApplyDefaults(&we.Spec)
+	return &we, nil
+}
+
+// Load reads the manifest (see ReadManifest), validates and compiles it, and takes the
+// secrets and database URL from getenv (names in env.go). Errors never contain secret
+// values.
+func Load(manifestFile string, getenv func(string) string) (*Endpoint, error) {
+	we, err := ReadManifest(manifestFile, getenv)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(we, getenv)
+}
+
+// Compile builds an Endpoint from a defaulted WebhookEndpoint and the environment.
+func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoint, error) {
+	spec := *we.Spec.DeepCopy()
+	ApplyDefaults(&spec)
+	x, m, err := compileSpec(&spec)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s/%s is invalid: %w", we.Namespace, we.Name, err)
+	}
+	ep := &Endpoint{
+		Name: we.Name, Namespace: we.Namespace, Spec: spec,
+		Extractor: x, Machine: m,
+		Tables:         store.TablesIn(spec.Database.Schema),
+		DatabaseURL:    getenv(EnvDatabaseURL),
+		DeliverySecret: getenv(EnvDeliverySecret),
+	}
+	if ep.DatabaseURL == "" {
+		return nil, fmt.Errorf("%s is not set", EnvDatabaseURL)
+	}
+	secrets, err := signingSecrets(spec.SigningSecrets, getenv, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if ep.Verifier, err = signature.New(spec.Provider, secrets); err != nil {
+		return nil, fmt.Errorf("build %s signature verifier: %w", spec.Provider.Type, err)
+	}
+	ep.SinkURL = sinkURL(spec.Delivery.Sink, we.Namespace, getenv(EnvSinkURL))
+	return ep, nil
+}
+
+func signingSecrets(specs []v1alpha1.SigningSecret, getenv func(string) string, now time.Time) ([]signature.Secret, error) {
+	var out []signature.Secret
+	for i, s := range specs {
+		name := EnvSigningSecretPrefix + strconv.Itoa(i)
+		var expires time.Time
+		if s.ExpiresAt != nil {
+			expires = s.ExpiresAt.Time
+		}
+		v := getenv(name)
+		if v == "" {
+			if !expires.IsZero() && !now.Before(expires) {
+				continue
+			}
+			return nil, fmt.Errorf("signing secret %d (%s, from spec.signingSecrets[%d]) is empty", i, name, i)
+		}
+		out = append(out, signature.Secret{Value: v, ExpiresAt: expires})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no active signing secret: every spec.signingSecrets entry has expired")
+	}
+	return out, nil
+}
+
+func sinkURL(sink v1alpha1.SinkSpec, namespace, override string) string {
+	switch {
+	case override != "":
+		return override
+	case sink.URL != "":
+		return sink.URL
+	case sink.ServiceRef != nil:
+		ref := sink.ServiceRef
+		ns := ref.Namespace
+		if ns == "" {
+			ns = namespace
+		}
+		path := ref.Path
+		if path == "" {
+			path = DefaultPath
+		}
+		return fmt.Sprintf("http://%s.%s.svc:%d%s", ref.Name, ns, ref.Port, path)
+	}
+	return ""
+}
+
+// ValidationError lists every problem Validate found, each naming its spec field.
+type ValidationError struct {
+	Problems []error
+}
+
+// Error joins the problems with "; " so the message fits one condition message.
+func (e *ValidationError) Error() string {
+	msgs := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		msgs[i] = p.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap exposes the problems to errors.Is/As.
+func (e *ValidationError) Unwrap() []error { return e.Problems }
+
+// Validate checks everything Go can check without secrets: CEL compiles with the right
+// result types, the HMAC template, the state machine, the database and delivery
+// settings. It returns nil or a *ValidationError whose message names each field, e.g.
+// `spec.stateMachine.transitions[capture].guard: undeclared reference to 'entty' (at
+// 1:1)`. we is not modified.
+func Validate(we *v1alpha1.WebhookEndpoint) error {
+	spec := *we.Spec.DeepCopy()
+	ApplyDefaults(&spec)
+	_, _, err := compileSpec(&spec)
+	return err
+}
+
+// compileSpec validates a defaulted spec and compiles its CEL programs.
+func compileSpec(spec *v1alpha1.WebhookEndpointSpec) (*Extractor, *statemachine.Machine, error) {
+	var problems []error
+	add := func(err error) {
+		if err == nil {
+			return
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			problems = append(problems, j.Unwrap()...)
+			return
+		}
+		problems = append(problems, err)
+	}
+	add(validateProvider(spec))
+	x, err := NewExtractor(*spec)
+	add(err)
+	var refetch []string
+	if spec.Provider.Refetch != nil {
+		refetch = spec.Provider.Refetch.Transitions
+	}
+	m, err := statemachine.Compile(spec.StateMachine, refetch)
+	add(err)
+	add(validateDatabase(spec))
+	add(validateDelivery(spec))
+	add(validateReceiver(spec))
+	if len(problems) > 0 {
+		return nil, nil, &ValidationError{Problems: problems}
+	}
+	return x, m, nil
+}
+
+var (
+	headerName          = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
+	schemaName          = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	placeholder         = regexp.MustCompile(`\{[^{}]*\}`)
+	knownProviders      = map[v1alpha1.ProviderType]bool{}
+	onUnmatchedPolicies = map[v1alpha1.OnUnmatched]bool{v1alpha1.UnmatchedRecord: true, v1alpha1.UnmatchedRetry: true, v1alpha1.UnmatchedCreate: true}
+)
+
+func init() {
+	for p := range Presets {
+		knownProviders[p] = true
+	}
+}
+
+func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
+	var errs []error
+	p := spec.Provider
+	if !knownProviders[p.Type] {
+		errs = append(errs, expr.Errorf("spec.provider.type", "unknown provider %q", p.Type))
+	}
+	if p.Tolerance != nil && p.Tolerance.Duration <= 0 {
+		errs = append(errs, expr.Errorf("spec.provider.tolerance", "must be positive, got %s", p.Tolerance.Duration))
+	}
+	switch {
+	case p.Type == v1alpha1.ProviderHMAC && p.HMAC == nil:
+		errs = append(errs, expr.Errorf("spec.provider.hmac", "is required when provider.type is HMAC"))
+	case p.Type != v1alpha1.ProviderHMAC && p.HMAC != nil:
+		errs = append(errs, expr.Errorf("spec.provider.hmac", "is only allowed when provider.type is HMAC"))
+	case p.HMAC != nil:
+		errs = append(errs, validateHMAC(p.HMAC)...)
+	}
+	if r := p.Refetch; r != nil && p.Type != v1alpha1.ProviderStripe {
+		errs = append(errs, expr.Errorf("spec.provider.refetch", "is supported for provider.type Stripe only"))
+	}
+	if r := p.Refetch; r != nil && r.BaseURL != "" {
+		if err := httpURL(r.BaseURL); err != nil {
+			errs = append(errs, expr.Errorf("spec.provider.refetch.baseURL", "%v", err))
+		}
+	}
+	if n := len(spec.SigningSecrets); n < 1 || n > 4 {
+		errs = append(errs, expr.Errorf("spec.signingSecrets", "needs 1 to 4 secrets, got %d", n))
+	}
+	for i, s := range spec.SigningSecrets {
+		if s.SecretKeyRef.Name == "" || s.SecretKeyRef.Key == "" {
+			errs = append(errs, expr.Errorf(fmt.Sprintf("spec.signingSecrets[%d].secretKeyRef", i), "name and key are required"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateHMAC(h *v1alpha1.HMACSpec) []error {
+	var errs []error
+	const f = "spec.provider.hmac"
+	if !headerName.MatchString(h.Header) {
+		errs = append(errs, expr.Errorf(f+".header", "%q is not a valid header name", h.Header))
+	}
+	for _, hdr := range []struct{ field, v string }{{"timestampHeader", h.TimestampHeader}, {"idHeader", h.IDHeader}} {
+		if hdr.v != "" && !headerName.MatchString(hdr.v) {
+			errs = append(errs, expr.Errorf(f+"."+hdr.field, "%q is not a valid header name", hdr.v))
+		}
+	}
+	switch h.Algorithm {
+	case v1alpha1.HMACSHA1, v1alpha1.HMACSHA256, v1alpha1.HMACSHA512:
+	default:
+		errs = append(errs, expr.Errorf(f+".algorithm", "unknown algorithm %q (SHA1, SHA256 or SHA512)", h.Algorithm))
+	}
+	switch h.Encoding {
+	case v1alpha1.EncodingHex, v1alpha1.EncodingBase64:
+	default:
+		errs = append(errs, expr.Errorf(f+".encoding", "unknown encoding %q (Hex or Base64)", h.Encoding))
+	}
+	switch h.KeyEncoding {
+	case v1alpha1.KeyRaw, v1alpha1.KeyBase64, v1alpha1.KeyHex, v1alpha1.KeyWhsec:
+	default:
+		errs = append(errs, expr.Errorf(f+".keyEncoding", "unknown key encoding %q (Raw, Base64, Hex or Whsec)", h.KeyEncoding))
+	}
+	tmpl := h.SignedContent
+	if !strings.Contains(tmpl, "{body}") {
+		errs = append(errs, expr.Errorf(f+".signedContent", "template %q must contain {body}: a signature that does not cover the body authenticates nothing", tmpl))
+	}
+	for _, ph := range placeholder.FindAllString(tmpl, -1) {
+		switch ph {
+		case "{body}":
+		case "{timestamp}":
+			if h.TimestampHeader == "" {
+				errs = append(errs, expr.Errorf(f+".signedContent", "uses {timestamp} but hmac.timestampHeader is not set"))
+			}
+		case "{id}":
+			if h.IDHeader == "" {
+				errs = append(errs, expr.Errorf(f+".signedContent", "uses {id} but hmac.idHeader is not set"))
+			}
+		default:
+			errs = append(errs, expr.Errorf(f+".signedContent", "unknown placeholder %s (use {body}, {timestamp} or {id})", ph))
+		}
+	}
+	if strings.Count(tmpl, "{body}") > 1 {
+		errs = append(errs, expr.Errorf(f+".signedContent", "{body} may appear once"))
+	}
+	return errs
+}
+
+func validateDatabase(spec *v1alpha1.WebhookEndpointSpec) error {
+	var errs []error
+	d := spec.Database
+	if d.URLSecretRef.Name == "" || d.URLSecretRef.Key == "" {
+		errs = append(errs, expr.Errorf("spec.database.urlSecretRef", "name and key are required"))
+	}
+	if !schemaName.MatchString(d.Schema) {
+		errs = append(errs, expr.Errorf("spec.database.schema", "%q must match %s", d.Schema, schemaName))
+	}
+	if d.MaxConnections < 2 || d.MaxConnections > 200 {
+		errs = append(errs, expr.Errorf("spec.database.maxConnections", "must be between 2 and 200, got %d", d.MaxConnections))
+	}
+	e := spec.Entity
+	if !onUnmatchedPolicies[e.OnUnmatched] {
+		errs = append(errs, expr.Errorf("spec.entity.onUnmatched", "unknown policy %q (Record, Retry or Create)", e.OnUnmatched))
+	}
+	if t := e.Table; t != nil {
+		if e.OnUnmatched == v1alpha1.UnmatchedCreate {
+			errs = append(errs, expr.Errorf("spec.entity.onUnmatched", "Create needs the managed entity table; remove entity.table or choose Record or Retry"))
+		}
+		for _, id := range []struct{ field, v string }{
+			{"schema", t.Schema}, {"name", t.Name}, {"keyColumn", t.KeyColumn}, {"stateColumn", t.StateColumn},
+		} {
+			if err := identifier(id.v); err != nil {
+				errs = append(errs, expr.Errorf("spec.entity.table."+id.field, "%v", err))
+			}
+		}
+		if t.AmountColumn != "" {
+			if err := identifier(t.AmountColumn); err != nil {
+				errs = append(errs, expr.Errorf("spec.entity.table.amountColumn", "%v", err))
+			}
+		}
+		if t.Tenant != nil {
+			if err := identifier(t.Tenant.Column); err != nil {
+				errs = append(errs, expr.Errorf("spec.entity.table.tenant.column", "%v", err))
+			}
+			if t.Tenant.Value == "" {
+				errs = append(errs, expr.Errorf("spec.entity.table.tenant.value", "is required"))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// identifier accepts any PostgreSQL identifier; it is always quoted, so only emptiness,
+// length and NUL bytes matter.
+func identifier(s string) error {
+	switch {
+	case s == "":
+		return errors.New("is required")
+	case len(s) > 63:
+		return fmt.Errorf("%q is longer than 63 bytes", s)
+	case strings.ContainsRune(s, 0):
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+func validateDelivery(spec *v1alpha1.WebhookEndpointSpec) error {
+	var errs []error
+	d := spec.Delivery
+	const f = "spec.delivery"
+	switch {
+	case (d.Sink.URL == "") == (d.Sink.ServiceRef == nil):
+		errs = append(errs, expr.Errorf(f+".sink", "needs exactly one of url or serviceRef"))
+	case d.Sink.URL != "":
+		if err := httpURL(d.Sink.URL); err != nil {
+			errs = append(errs, expr.Errorf(f+".sink.url", "%v", err))
+		}
+	case d.Sink.ServiceRef.Name == "":
+		errs = append(errs, expr.Errorf(f+".sink.serviceRef.name", "is required"))
+	case d.Sink.ServiceRef.Port < 1 || d.Sink.ServiceRef.Port > 65535:
+		errs = append(errs, expr.Errorf(f+".sink.serviceRef.port", "must be between 1 and 65535"))
+	}
+	if d.MaxAttempts < 1 || d.MaxAttempts > 100 {
+		errs = append(errs, expr.Errorf(f+".maxAttempts", "must be between 1 and 100, got %d", d.MaxAttempts))
+	}
+	if d.Backoff.Initial.Duration <= 0 {
+		errs = append(errs, expr.Errorf(f+".backoff.initial", "must be positive"))
+	}
+	if d.Backoff.Max.Duration < d.Backoff.Initial.Duration {
+		errs = append(errs, expr.Errorf(f+".backoff.max", "%s is less than backoff.initial %s", d.Backoff.Max.Duration, d.Backoff.Initial.Duration))
+	}
+	if d.Timeout.Duration <= 0 {
+		errs = append(errs, expr.Errorf(f+".timeout", "must be positive"))
+	}
+	if d.Ordering != v1alpha1.OrderingPerEntity && d.Ordering != v1alpha1.OrderingNone {
+		errs = append(errs, expr.Errorf(f+".ordering", "unknown ordering %q (PerEntity or None)", d.Ordering))
+	}
+	if d.Concurrency < 1 || d.Concurrency > 256 {
+		errs = append(errs, expr.Errorf(f+".concurrency", "must be between 1 and 256, got %d", d.Concurrency))
+	}
+	return errors.Join(errs...)
+}
+
+func validateReceiver(spec *v1alpha1.WebhookEndpointSpec) error {
+	var errs []error
+	r := spec.Receiver
+	if !strings.HasPrefix(r.Path, "/") {
+		errs = append(errs, expr.Errorf("spec.receiver.path", "%q must start with /", r.Path))
+	}
+	if r.MaxBodyBytes < 1024 || r.MaxBodyBytes > 32<<20 {
+		errs = append(errs, expr.Errorf("spec.receiver.maxBodyBytes", "must be between 1024 and 33554432, got %d", r.MaxBodyBytes))
+	}
+	if r.Replicas != nil && *r.Replicas < 0 {
+		errs = append(errs, expr.Errorf("spec.receiver.replicas", "must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func httpURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("is not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return errors.New("has no host")
+	}
+	return nil
+}

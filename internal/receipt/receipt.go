@@ -1,0 +1,503 @@
+// Package receipt records authentic webhook events exactly once and applies their state
+// transitions atomically: the seed's "atomic event receipt" pattern (DESIGN.md sections
+// 4 and 5).
+//
+// One transaction per request (READ COMMITTED):
+//
+//	INSERT receipt ... ON CONFLICT (endpoint, event_id) DO NOTHING RETURNING id
+//	    no row: a duplicate; nothing else happens (Result.Duplicate)
+//	lock the entity row (SELECT ... FOR UPDATE; in the same statement as the insert)
+//	decide with the state machine (Go: state, stale check, CEL guard)
+//	UPDATE the entity, guarded by the state it was read in; INSERT the outbox row;
+//	UPDATE the receipt's outcome                     (one statement)
+//	COMMIT                                            (pipelined with it)
+//
+// The unique index arbitrates concurrent duplicates, never a prior SELECT: a second
+// copy's INSERT waits for the first transaction and then inserts nothing.
+//
+// # Round trips
+//
+// Statements are pipelined with pgx batches, so an event costs:
+//
+//   - 2 round trips when the state machine handles its type (applied, ignored_state,
+//     guard_failed, unmatched): [BEGIN + insert-and-lock], then [apply-or-outcome +
+//     COMMIT];
+//   - 1 round trip when no transition handles its type (unhandled) or it has no entity
+//     key: [BEGIN + insert with the final outcome + COMMIT];
+//   - 2 round trips for a duplicate of a handled type: [BEGIN + insert], [COMMIT].
+//
+// An Adyen batch of n items costs at most n+1 round trips in one transaction: each
+// item's apply statement rides in the same batch as the next item's insert-and-lock.
+// (The first execution of each statement on a connection adds one round trip to prepare
+// it; pgx caches the prepared statements per connection.)
+//
+// # Entities
+//
+// Managed mode (no spec.entity.table) keeps entities in hookkeeper's `entities` table,
+// including amount and last_event_at. App-table mode locks the app's row
+// (`SELECT ... FOR UPDATE OF t`, identifiers quoted, tenant bound) and updates it with
+// the seed's guarded update (`SET state = $to WHERE key = $k AND tenant = $t AND
+// state = $current`); its last_event_at (for stale detection) lives in hookkeeper's
+// `entity_clocks` table, written under the app row's lock. The state column is read as
+// text and compared with the parameter typed as the column, so text and enum columns
+// work; the amount column is read as bigint (minor units).
+//
+// onUnmatched: Record stores the receipt as `unmatched` (Reprocess can apply it later);
+// Retry rolls back and returns ErrRetryLater (the receiver answers 503); Create (managed
+// only) inserts the entity in stateMachine.initial, with the event's amount as its
+// amount, and then evaluates the event. An event without an entity key is always
+// recorded as unmatched: there is nothing to retry for or to create.
+//
+// # Outbox
+//
+// An applied transition with `emit` inserts one outbox row whose dedupe_key is
+// DedupeKey(endpoint, event id, emit): stable across retries, replays and replicas.
+// Its payload is
+//
+//	{"id": dedupe_key, "type": emit, "entityKey", "transition", "from", "to", "occurredAt",
+//	 "source": {"id", "type", "receivedAt"}, "data": <the event's raw JSON>}
+//
+// built in SQL from the stored receipt, so the raw body crosses the network once.
+// NOTIFY wakes dispatchers at commit (a trigger of migration 00001).
+package receipt
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/event"
+	"github.com/hookkeeper/hookkeeper/internal/statemachine"
+)
+
+// Event is the event package's Event; it lives there so config can produce events
+// without importing this package.
+type Event = event.Event
+
+// Outcome is the stored outcome of a receipt.
+type Outcome string
+
+// The outcomes, the values of webhook_events.outcome.
+const (
+	OutcomeApplied      Outcome = "applied"
+	OutcomeIgnoredState Outcome = "ignored_state"
+	OutcomeGuardFailed  Outcome = "guard_failed"
+	OutcomeUnmatched    Outcome = "unmatched"
+	OutcomeUnhandled    Outcome = "unhandled"
+)
+
+// Details stored for outcomes decided outside the state machine.
+const (
+	DetailNoEntity   = "no entity with this key"
+	DetailNoKey      = "the event has no entity key"
+	DetailCreated    = "entity created in the initial state"
+	detailRaced      = "the entity's state changed during the transaction"
+	detailNotHandled = "no transition handles this event type"
+)
+
+// Result is what happened to one event.
+type Result struct {
+	// Duplicate: the receipt already existed; nothing was changed.
+	Duplicate bool
+	// Outcome of this delivery (empty for a duplicate of Record; the stored outcome for
+	// Reprocess of a receipt that is no longer replayable).
+	Outcome Outcome
+	Detail  string
+	// Transition, FromState and ToState are set when Outcome is applied.
+	Transition, FromState, ToState string
+	// OutboxKey is the dedupe key of the outbox row written (applied with emit only).
+	OutboxKey string
+	// ReceiptID is the webhook_events id (0 for a duplicate).
+	ReceiptID int64
+}
+
+// ErrRetryLater is returned when onUnmatched is Retry and the entity does not exist yet:
+// the transaction was rolled back and the receiver answers 503 so the provider retries.
+var ErrRetryLater = errors.New("entity does not exist yet; retry later")
+
+// LiveFunc fetches the provider's current object for an event whose transition
+// re-fetches (spec.provider.refetch). It runs before the transaction, outside any lock;
+// its result is the guard's `live` variable. An error fails the request (503).
+type LiveFunc func(ctx context.Context, ev Event) (any, error)
+
+// Option configures a Recorder.
+type Option func(*Recorder)
+
+// WithLive supplies `live` for events whose transitions re-fetch. Without it, `live` is
+// null, so a guard that needs it fails closed (guard_failed).
+func WithLive(f LiveFunc) Option { return func(r *Recorder) { r.live = f } }
+
+// WithDeadlockRetries sets how often a transaction that PostgreSQL aborted as a deadlock
+// victim (possible for Adyen batches touching several entities) is retried; default 3.
+func WithDeadlockRetries(n int) Option { return func(r *Recorder) { r.deadlockRetries = n } }
+
+// Recorder runs the receipt transaction for one endpoint. It is safe for concurrent use.
+type Recorder struct {
+	pool            *pgxpool.Pool
+	ep              *config.Endpoint
+	key             string
+	sql             statements
+	mode            mode
+	live            LiveFunc
+	deadlockRetries int
+}
+
+// NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
+// migrated (store.Migrate).
+func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recorder {
+	s, m := buildStatements(ep)
+	r := &Recorder{pool: pool, ep: ep, key: ep.Key(), sql: s, mode: m, deadlockRetries: 3}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// DedupeKey is the outbox dedupe key (the delivery's Idempotency-Key) of the effect
+// `emit` of event eventID at endpoint: "hk_" + the first 40 hex digits of SHA-256 over
+// the three values, NUL-separated. Deterministic, never random, at most 43 characters.
+func DedupeKey(endpoint, eventID, emit string) string {
+	h := sha256.New()
+	h.Write([]byte(endpoint))
+	h.Write([]byte{0})
+	h.Write([]byte(eventID))
+	h.Write([]byte{0})
+	h.Write([]byte(emit))
+	return "hk_" + hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// Record stores one event and applies its transition in one transaction. A database
+// error is returned wrapped, with nothing committed; ErrRetryLater likewise.
+func (r *Recorder) Record(ctx context.Context, ev Event) (Result, error) {
+	res, err := r.RecordBatch(ctx, []Event{ev})
+	if err != nil {
+		return Result{}, err
+	}
+	return res[0], nil
+}
+
+// RecordBatch records several events (an Adyen batch) in ONE transaction, in order:
+// either every item is stored and applied, or nothing is.
+func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	lives := make([]any, len(evs))
+	if r.live != nil {
+		for i, ev := range evs {
+			if !r.ep.Machine.NeedsLive(ev.Type) {
+				continue
+			}
+			v, err := r.live(ctx, ev)
+			if err != nil {
+				return nil, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
+			}
+			lives[i] = v
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := r.recordOnce(ctx, evs, lives)
+		if err != nil && isDeadlock(err) && attempt < r.deadlockRetries && ctx.Err() == nil {
+			continue
+		}
+		return res, err
+	}
+}
+
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// step is one queued statement and how to read its result.
+type step struct {
+	sql  string
+	args []any
+	read func(pgx.BatchResults) error
+}
+
+// pipeline sends the queued steps in one round trip and reads their results in order.
+func pipeline(ctx context.Context, conn *pgxpool.Conn, steps []step) error {
+	b := &pgx.Batch{}
+	for _, s := range steps {
+		b.Queue(s.sql, s.args...)
+	}
+	br := conn.SendBatch(ctx, b)
+	var err error
+	for _, s := range steps {
+		if err = s.read(br); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func execStep(sql string, args ...any) step {
+	return step{sql: sql, args: args, read: func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		return err
+	}}
+}
+
+var (
+	beginStep  = execStep("BEGIN ISOLATION LEVEL READ COMMITTED")
+	commitStep = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		// COMMIT of an aborted transaction answers ROLLBACK without an error.
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("commit answered %q", tag.String())
+		}
+		return nil
+	}}
+)
+
+// locked is the entity as the insert-and-lock (or lock) statement returned it.
+type locked struct {
+	found   bool
+	state   *string
+	amount  *int64
+	lastAt  *time.Time
+	created bool
+}
+
+func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (results []Result, err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire database connection: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			rollback(conn)
+		}
+		conn.Release()
+	}()
+
+	results = make([]Result, len(evs))
+	pending := []step{beginStep}
+	retryLater := false
+	for i := range evs {
+		ev := &evs[i]
+		res := &results[i]
+		if !r.ep.Machine.Handles(ev.Type) || ev.EntityKey == "" {
+			outcome, detail := OutcomeUnhandled, detailNotHandled
+			if r.ep.Machine.Handles(ev.Type) {
+				outcome, detail = OutcomeUnmatched, DetailNoKey
+			}
+			args := append(r.receiptArgs(ev), string(outcome), detail)
+			pending = append(pending, step{sql: r.sql.insertFinal, args: args, read: func(br pgx.BatchResults) error {
+				id, dup, err := scanID(br.QueryRow())
+				if err != nil {
+					return fmt.Errorf("insert receipt of event %s: %w", ev.ID, err)
+				}
+				*res = Result{Duplicate: dup, ReceiptID: id}
+				if !dup {
+					res.Outcome, res.Detail = outcome, detail
+				}
+				return nil
+			}})
+			continue
+		}
+
+		var ent locked
+		var id int64
+		var dup bool
+		lock := step{sql: r.sql.insertLock, args: append(r.receiptArgs(ev), r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
+			var err error
+			id, dup, ent, err = scanInsertLock(br)
+			if err != nil {
+				return fmt.Errorf("insert receipt and lock entity of event %s: %w", ev.ID, err)
+			}
+			return nil
+		}}
+		if err := pipeline(ctx, conn, append(pending, lock)); err != nil {
+			return nil, err
+		}
+		pending = nil
+		if dup {
+			*res = Result{Duplicate: true}
+			continue
+		}
+		next, retry := r.decide(ev, lives[i], id, ent, res, true)
+		if retry {
+			retryLater = true
+			break
+		}
+		pending = append(pending, next)
+	}
+	if retryLater {
+		return nil, ErrRetryLater
+	}
+	if err := pipeline(ctx, conn, append(pending, commitStep)); err != nil {
+		return nil, fmt.Errorf("record events: %w", err)
+	}
+	return results, nil
+}
+
+// decide evaluates one locked event and returns the statement that records its result
+// (filling res when it runs). retry is set when there is no entity, onUnmatched is
+// Retry and the caller can retry (a delivery, not a replay).
+func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res *Result, canRetry bool) (step, bool) {
+	*res = Result{ReceiptID: receiptID}
+	if !ent.found {
+		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
+			return step{}, true
+		}
+		res.Outcome, res.Detail = OutcomeUnmatched, DetailNoEntity
+		return execStep(r.sql.outcome, receiptID, string(OutcomeUnmatched), DetailNoEntity), false
+	}
+	state := ""
+	if ent.state != nil {
+		state = *ent.state
+	}
+	d := r.ep.Machine.Decide(statemachine.Input{
+		Event:  *ev,
+		Entity: statemachine.Entity{Key: ev.EntityKey, State: state, Amount: ent.amount, LastEventAt: ent.lastAt},
+		Live:   live,
+	})
+	detail := d.Detail
+	if ent.created {
+		detail = joinDetail(DetailCreated, detail)
+	}
+	if d.Verdict != statemachine.Apply {
+		res.Outcome, res.Detail = Outcome(d.Verdict), detail
+		return execStep(r.sql.outcome, receiptID, string(d.Verdict), detail), false
+	}
+	t := d.Transition
+	outboxKey := ""
+	if t.Emit != "" {
+		outboxKey = DedupeKey(r.key, ev.ID, t.Emit)
+	}
+	args := []any{r.key, ev.EntityKey, state, t.To, ev.OccurredAt, receiptID, outboxKey, t.Emit, detail, t.Name}
+	if r.mode == appTable {
+		args = append(args, ev.EntityKey, state, t.To)
+		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
+			args = append(args, tn.Value)
+		}
+	}
+	return step{sql: r.sql.apply, args: args, read: func(br pgx.BatchResults) error {
+		var outcome string
+		var wroteOutbox bool
+		if err := br.QueryRow().Scan(&outcome, &wroteOutbox); err != nil {
+			return fmt.Errorf("apply transition %s to event %s: %w", t.Name, ev.ID, err)
+		}
+		if outcome != string(OutcomeApplied) {
+			// The guarded update matched no row: impossible while the lock is held, but
+			// recorded rather than assumed.
+			res.Outcome, res.Detail = Outcome(outcome), detailRaced
+			return nil
+		}
+		res.Outcome, res.Detail = OutcomeApplied, detail
+		res.Transition, res.FromState, res.ToState = t.Name, state, t.To
+		if wroteOutbox {
+			res.OutboxKey = outboxKey
+		}
+		return nil
+	}}, false
+}
+
+func joinDetail(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// receiptArgs are $1..$8 of insertLock and insertFinal.
+func (r *Recorder) receiptArgs(ev *Event) []any {
+	headers := ev.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	return []any{r.key, ev.ID, ev.Type, ev.EntityKey, rawJSON(ev.Payload), headers, ev.OccurredAt, ev.Amount}
+}
+
+// lockArgs are the mode's lock parameters: $9.. of insertLock, $3.. of lock.
+func (r *Recorder) lockArgs(ev *Event) []any {
+	switch r.mode {
+	case managedCreate:
+		return []any{r.ep.Machine.Initial()}
+	case appTable:
+		args := []any{ev.EntityKey}
+		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
+			args = append(args, tn.Value)
+		}
+		return args
+	}
+	return nil
+}
+
+// rawJSON passes the payload to a jsonb parameter unchanged; an empty payload is
+// stored as JSON null rather than failing the insert.
+func rawJSON(p json.RawMessage) any {
+	if len(p) == 0 {
+		return "null"
+	}
+	return string(p)
+}
+
+func scanID(row pgx.Row) (id int64, dup bool, err error) {
+	if err := row.Scan(&id); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, true, nil
+		}
+		return 0, false, err
+	}
+	return id, false, nil
+}
+
+func scanInsertLock(br pgx.BatchResults) (id int64, dup bool, ent locked, err error) {
+	rows, err := br.Query()
+	if err != nil {
+		return 0, false, ent, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		var found *bool
+		if err := rows.Scan(&id, &found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
+			return 0, false, ent, err
+		}
+		ent.found = found != nil && *found
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, ent, err
+	}
+	switch n {
+	case 0:
+		return 0, true, ent, nil
+	case 1:
+		return id, false, ent, nil
+	}
+	return 0, false, ent, fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
+}
+
+// rollback ends a failed transaction. When the connection cannot answer, the pool
+// destroys it on release (it is not idle), and PostgreSQL rolls back on disconnect.
+func rollback(conn *pgxpool.Conn) {
+	if conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}

@@ -1,0 +1,146 @@
+package receipt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/internal/expr"
+)
+
+// ErrReceiptNotFound is returned by Reprocess for an id that is not a receipt of the
+// Recorder's endpoint.
+var ErrReceiptNotFound = errors.New("receipt not found")
+
+// Replayable reports whether Reprocess may still apply a receipt with this outcome.
+func Replayable(o Outcome) bool { return o == OutcomeUnmatched || o == OutcomeGuardFailed }
+
+// Reprocess re-runs a stored receipt whose outcome is unmatched or guard_failed through
+// the same transition logic, in one transaction: it locks the receipt row (FOR UPDATE,
+// so concurrent replays of one receipt serialise), locks the entity, decides, applies,
+// writes the outbox row with the same dedupe key a first delivery would have written,
+// and updates the receipt's outcome, detail and processed_at. A receipt whose outcome is
+// no longer replayable (e.g. applied by an earlier call) is left alone: the result has
+// Duplicate set and its stored Outcome. onUnmatched Retry does not apply to replays: a
+// receipt whose entity is still missing stays unmatched.
+func (r *Recorder) Reprocess(ctx context.Context, eventRowID int64) (res Result, err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("acquire database connection: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			rollback(conn)
+		}
+		conn.Release()
+	}()
+
+	var ev Event
+	var outcome string
+	var headers map[string]string
+	var payload []byte
+	load := step{sql: r.sql.load, args: []any{eventRowID, r.key}, read: func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(&ev.ID, &ev.Type, &ev.EntityKey, &payload, &headers, &ev.OccurredAt, &ev.Amount, &outcome)
+	}}
+	if err := pipeline(ctx, conn, []step{beginStep, load}); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Result{}, fmt.Errorf("reprocess receipt %d of %s: %w", eventRowID, r.key, ErrReceiptNotFound)
+		}
+		return Result{}, fmt.Errorf("load receipt %d: %w", eventRowID, err)
+	}
+	if !Replayable(Outcome(outcome)) {
+		if err := pipeline(ctx, conn, []step{commitStep}); err != nil {
+			return Result{}, fmt.Errorf("end reprocess of receipt %d: %w", eventRowID, err)
+		}
+		return Result{Duplicate: true, Outcome: Outcome(outcome), ReceiptID: eventRowID}, nil
+	}
+	ev.Payload = json.RawMessage(payload)
+	ev.Headers = headers
+	if parsed, err := expr.DecodeJSON(payload); err == nil {
+		if body, ok := parsed.(map[string]any); ok {
+			ev.Body = body
+		}
+	}
+
+	var live any
+	if r.live != nil && r.ep.Machine.NeedsLive(ev.Type) {
+		if live, err = r.live(ctx, ev); err != nil {
+			return Result{}, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
+		}
+	}
+
+	var next step
+	switch {
+	case !r.ep.Machine.Handles(ev.Type):
+		res = Result{ReceiptID: eventRowID, Outcome: OutcomeUnhandled, Detail: detailNotHandled}
+		next = execStep(r.sql.outcome, eventRowID, string(OutcomeUnhandled), detailNotHandled)
+	case ev.EntityKey == "":
+		res = Result{ReceiptID: eventRowID, Outcome: OutcomeUnmatched, Detail: DetailNoKey}
+		next = execStep(r.sql.outcome, eventRowID, string(OutcomeUnmatched), DetailNoKey)
+	default:
+		var ent locked
+		lockArgs := append([]any{r.key, ev.EntityKey}, r.reprocessLockArgs(&ev)...)
+		lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				n++
+				var found *bool
+				if err := rows.Scan(&found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
+					return err
+				}
+				ent.found = found != nil && *found
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if n > 1 {
+				return fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
+			}
+			return nil
+		}}
+		if err := pipeline(ctx, conn, []step{lock}); err != nil {
+			return Result{}, fmt.Errorf("lock entity of receipt %d: %w", eventRowID, err)
+		}
+		next, _ = r.decide(&ev, live, eventRowID, ent, &res, false)
+	}
+	if err := pipeline(ctx, conn, []step{next, commitStep}); err != nil {
+		return Result{}, fmt.Errorf("reprocess receipt %d: %w", eventRowID, err)
+	}
+	return res, nil
+}
+
+// reprocessLockArgs are $3.. of the standalone lock statement.
+func (r *Recorder) reprocessLockArgs(ev *Event) []any {
+	switch r.mode {
+	case managedCreate:
+		return []any{r.ep.Machine.Initial(), ev.Amount}
+	case appTable:
+		return r.lockArgs(ev)
+	}
+	return nil
+}
+
+// ReplayableSince lists the ids of this endpoint's replayable receipts received at or
+// after since, oldest first, at most limit; `hookkeeper replay` feeds them to Reprocess.
+func (r *Recorder) ReplayableSince(ctx context.Context, since time.Time, limit int) ([]int64, error) {
+	rows, err := r.pool.Query(ctx, fmt.Sprintf(`SELECT id FROM %s
+WHERE endpoint = $1 AND outcome IN ('unmatched', 'guard_failed') AND received_at >= $2
+ORDER BY received_at, id LIMIT $3`, r.ep.Tables.Events), r.key, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list replayable receipts: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list replayable receipts: %w", err)
+	}
+	return ids, nil
+}
