@@ -35,11 +35,12 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers, and copy the CRD into the chart.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC from markers; copy both into the chart (CI checks they are committed).
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths="./api/...;./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	@mkdir -p charts/hookkeeper/crds
 	cp config/crd/bases/*.yaml charts/hookkeeper/crds/
+	cp config/rbac/role.yaml charts/hookkeeper/files/manager-role.yaml
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.

@@ -1,0 +1,160 @@
+// Package manifests checks what users install: the Helm chart and the kustomize trees
+// render, lint, stay in sync with the generated CRD and RBAC, and are accepted by a real
+// kube-apiserver (server-side dry run, so CRD schemas and CEL rules are enforced).
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+func tool(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	bin := filepath.Join(testsupport.BinDir(t), name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s not built: run `make tools`", bin)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = testsupport.RepoRoot(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out, stderr.String())
+	}
+	return out
+}
+
+func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decode rendered manifests: %v", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// dryRunApply server-side-applies every object with dryRun=All: the apiserver runs
+// defaulting, OpenAPI validation and CEL rules, and stores nothing. CRDs in the set
+// are applied for real first, so the objects that use them can be checked.
+func dryRunApply(t *testing.T, c client.Client, objs []*unstructured.Unstructured, defaultNamespace string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ensureNamespace(t, c, defaultNamespace)
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			ensureNamespace(t, c, o.GetName())
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace" {
+			continue
+		}
+		mapping, err := c.RESTMapper().RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
+		if err != nil {
+			t.Errorf("%s %s: kind not served: %v", o.GetKind(), o.GetName(), err)
+			continue
+		}
+		if mapping.Scope.Name() == "namespace" && o.GetNamespace() == "" {
+			o.SetNamespace(defaultNamespace)
+		}
+		//nolint:staticcheck // unstructured objects have no apply configuration type
+		err = c.Patch(ctx, o, client.Apply, client.FieldOwner("manifests-test"), client.ForceOwnership, client.DryRunAll)
+		if err != nil {
+			t.Errorf("%s %s/%s rejected: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+func ensureNamespace(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+}
+
+func apiClient(t *testing.T) client.Client {
+	t.Helper()
+	root := testsupport.RepoRoot(t)
+	testsupport.InstallCRDs(t, filepath.Join(root, "test", "manifests", "testdata", "monitoring-crds.yaml"))
+	testsupport.InstallCRDs(t, gatewayCRDs(t))
+	c, err := client.New(testsupport.StartEnvtest(t), client.Options{})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	return c
+}
+
+func gatewayCRDs(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		t.Fatalf("locate the gateway-api module: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+}
+
+func TestHelmChartLintsAndApplies(t *testing.T) {
+	tool(t, "helm", "lint", "--strict", "charts/hookkeeper")
+	rendered := tool(t, "helm", "template", "hookkeeper", "charts/hookkeeper", "--namespace", "hookkeeper-system",
+		"--include-crds", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+		"--set", "dashboards.enabled=true")
+	objs := decode(t, rendered)
+	if len(objs) < 8 {
+		t.Fatalf("chart rendered %d objects, expected the CRD, RBAC, Deployment and more", len(objs))
+	}
+	dryRunApply(t, apiClient(t), objs, "hookkeeper-system")
+}
+
+func TestKustomizeDefaultBuildsAndApplies(t *testing.T) {
+	objs := decode(t, tool(t, "kustomize", "build", "config/default"))
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	for _, want := range []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"} {
+		if !kinds[want] {
+			t.Errorf("config/default has no %s", want)
+		}
+	}
+	dryRunApply(t, apiClient(t), objs, "hookkeeper-system")
+}
+
+// Every sample must pass the CRD's schema and CEL rules, not just parse.
+func TestSamplesAreAccepted(t *testing.T) {
+	c := apiClient(t)
+	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples")), "shop")
+	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples/gateway")), "shop")
+}
+
