@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -43,10 +44,12 @@ func (it adyenItem) signedParts() [][]byte {
 
 var errNotObject = errors.New("not a JSON object")
 
-// decodeObject decodes one JSON object into its members, rejecting duplicate keys: with
-// duplicates, the value this package verifies and the value a later parser acts on could
-// differ. It also rejects trailing data after the object.
-func decodeObject(raw []byte) (map[string]json.RawMessage, error) {
+// decodeObject decodes one JSON object into its members. It rejects trailing data and
+// duplicate keys, with foldCase also keys that differ only in case: Go's encoding/json
+// matches struct fields ignoring case and keeps the last match, so "NotificationItems"
+// next to "notificationItems" would let a struct decoder elsewhere act on items this
+// package never verified.
+func decodeObject(raw []byte, foldCase bool) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {
@@ -56,6 +59,7 @@ func decodeObject(raw []byte) (map[string]json.RawMessage, error) {
 		return nil, errNotObject
 	}
 	members := map[string]json.RawMessage{}
+	folded := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -72,6 +76,13 @@ func decodeObject(raw []byte) (map[string]json.RawMessage, error) {
 		if _, dup := members[key]; dup {
 			return nil, errors.New("duplicate object key")
 		}
+		if foldCase {
+			fold := foldKey(key)
+			if folded[fold] {
+				return nil, errors.New("duplicate object key (keys are compared ignoring case)")
+			}
+			folded[fold] = true
+		}
 		members[key] = value
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
@@ -83,6 +94,10 @@ func decodeObject(raw []byte) (map[string]json.RawMessage, error) {
 	return members, nil
 }
 
+// foldKey maps keys that Go's case-insensitive field matching would confuse to one value
+// (upper then lower also folds the long s and the Kelvin sign).
+func foldKey(key string) string { return strings.ToLower(strings.ToUpper(key)) }
+
 func isNull(raw json.RawMessage) bool {
 	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
 }
@@ -92,7 +107,7 @@ func optionalObject(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	if isNull(raw) {
 		return map[string]json.RawMessage{}, nil
 	}
-	return decodeObject(raw)
+	return decodeObject(raw, true)
 }
 
 // stringField renders a string member; absent or null is the empty string, as in Adyen's
@@ -146,7 +161,7 @@ func successField(raw json.RawMessage) (string, error) {
 
 // parseAdyenBody extracts every notification item of a Standard webhook body.
 func parseAdyenBody(body []byte) ([]adyenItem, error) {
-	envelope, err := decodeObject(body)
+	envelope, err := decodeObject(body, true)
 	if err != nil {
 		return nil, fmt.Errorf("body: %w", err)
 	}
@@ -172,14 +187,14 @@ func parseAdyenBody(body []byte) ([]adyenItem, error) {
 }
 
 func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
-	wrapper, err := decodeObject(raw)
+	wrapper, err := decodeObject(raw, true)
 	if err != nil {
 		return adyenItem{}, err
 	}
 	if isNull(wrapper["NotificationRequestItem"]) {
 		return adyenItem{}, errors.New("no NotificationRequestItem")
 	}
-	m, err := decodeObject(wrapper["NotificationRequestItem"])
+	m, err := decodeObject(wrapper["NotificationRequestItem"], true)
 	if err != nil {
 		return adyenItem{}, fmt.Errorf("NotificationRequestItem: %w", err)
 	}
@@ -187,9 +202,18 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 	if err != nil {
 		return adyenItem{}, fmt.Errorf("amount: %w", err)
 	}
-	additional, err := optionalObject(m["additionalData"])
-	if err != nil {
-		return adyenItem{}, fmt.Errorf("additionalData: %w", err)
+	// additionalData also carries merchant metadata, whose keys may legitimately differ
+	// only in case; only the signature key must be unambiguous there.
+	additional := map[string]json.RawMessage{}
+	if !isNull(m["additionalData"]) {
+		if additional, err = decodeObject(m["additionalData"], false); err != nil {
+			return adyenItem{}, fmt.Errorf("additionalData: %w", err)
+		}
+	}
+	for key := range additional {
+		if key != "hmacSignature" && foldKey(key) == foldKey("hmacSignature") {
+			return adyenItem{}, errors.New("additionalData has a key that differs from hmacSignature only in case")
+		}
 	}
 	var it adyenItem
 	fields := []struct {

@@ -190,12 +190,14 @@ func TestAdyenRefusesAmbiguousJSON(t *testing.T) {
 	}
 	for name, body := range map[string][]byte{
 		// A later parser taking the last duplicate would see an amount nobody signed.
-		"duplicate amount":   item(`,"amount":{"value":999999,"currency":"EUR"}`),
-		"duplicate success":  item(`,"success":"false"`),
-		"fractional amount":  []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1130.0`, 1)),
-		"exponent amount":    []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1.13e3`, 1)),
-		"string amount":      []byte(strings.Replace(string(item("")), `"value":1130`, `"value":"1130"`, 1)),
-		"non-string psp ref": []byte(strings.Replace(string(item("")), `"pspReference":"8815000000000001"`, `"pspReference":8815000000000001`, 1)),
+		"duplicate amount":          item(`,"amount":{"value":999999,"currency":"EUR"}`),
+		"duplicate success":         item(`,"success":"false"`),
+		"case-folded twin":          item(`,"Amount":{"value":999999,"currency":"EUR"}`),
+		"case-folded signature key": []byte(strings.Replace(string(item("")), `"additionalData":{`, `"additionalData":{"HmacSignature":"x",`, 1)),
+		"fractional amount":         []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1130.0`, 1)),
+		"exponent amount":           []byte(strings.Replace(string(item("")), `"value":1130`, `"value":1.13e3`, 1)),
+		"string amount":             []byte(strings.Replace(string(item("")), `"value":1130`, `"value":"1130"`, 1)),
+		"non-string psp ref":        []byte(strings.Replace(string(item("")), `"pspReference":"8815000000000001"`, `"pspReference":8815000000000001`, 1)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := ReasonOf(verifier.Verify(adyenRequest(body))); got != ReasonMalformedHeader {
@@ -203,6 +205,12 @@ func TestAdyenRefusesAmbiguousJSON(t *testing.T) {
 			}
 		})
 	}
+	t.Run("merchant metadata keys may differ only in case", func(t *testing.T) {
+		body := []byte(strings.Replace(string(item("")), `"additionalData":{`, `"additionalData":{"metadata.Key":"a","metadata.key":"b",`, 1))
+		if err := verifier.Verify(adyenRequest(body)); err != nil {
+			t.Fatalf("metadata keys: %v", err)
+		}
+	})
 	t.Run("boolean success renders as its text", func(t *testing.T) {
 		body := []byte(strings.Replace(string(item("")), `"success":"true"`, `"success":true`, 1))
 		if err := verifier.Verify(adyenRequest(body)); err != nil {

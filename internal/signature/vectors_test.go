@@ -32,7 +32,7 @@ type vector struct {
 	Now             int64              `json:"now"`
 }
 
-func loadVectors(t *testing.T) []vector {
+func loadVectors(t testing.TB) []vector {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/vectors.json")
 	if err != nil {
@@ -55,7 +55,7 @@ func loadVectors(t *testing.T) []vector {
 	return file.Vectors
 }
 
-func vectorNamed(t *testing.T, name string) vector {
+func vectorNamed(t testing.TB, name string) vector {
 	t.Helper()
 	for _, v := range loadVectors(t) {
 		if v.Name == name {
