@@ -1,0 +1,137 @@
+package resources
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+)
+
+// DefaultReplicas applies when spec.receiver.replicas is unset (the CRD defaults it too).
+const DefaultReplicas int32 = 2
+
+// Replicas is the number of receiver pods: zero when no signing secret is active, so no
+// pod verifies with an expired secret and providers keep retrying until one is added
+// (fail closed, nothing lost).
+func Replicas(ep *v1alpha1.WebhookEndpoint, opts Options) int32 {
+	if len(opts.Rendered.ActiveSecrets) == 0 {
+		return 0
+	}
+	if ep.Spec.Receiver.Replicas == nil {
+		return DefaultReplicas
+	}
+	return *ep.Spec.Receiver.Replicas
+}
+
+// SinkURL is the delivery URL when the sink is an in-cluster Service reference, empty
+// when spec.delivery.sink.url is used as is.
+func SinkURL(ep *v1alpha1.WebhookEndpoint) string {
+	ref := ep.Spec.Delivery.Sink.ServiceRef
+	if ref == nil {
+		return ""
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = ep.Namespace
+	}
+	port := ref.Port
+	if port == 0 {
+		port = 80
+	}
+	path := ref.Path
+	if path == "" {
+		path = "/"
+	}
+	return fmt.Sprintf("http://%s.%s.svc:%d%s", ref.Name, ns, port, path)
+}
+
+// receiverEnv is the receiver's environment: the rendered endpoint, every referenced
+// Secret key through secretKeyRef (never a value in the pod spec) and the pod IP.
+func receiverEnv(ep *v1alpha1.WebhookEndpoint, opts Options) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: config.EnvEndpoint, Value: string(opts.Rendered.JSON)},
+		{Name: config.EnvPodIP, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"},
+		}},
+	}
+	if u := SinkURL(ep); u != "" {
+		env = append(env, corev1.EnvVar{Name: config.EnvSinkURL, Value: u})
+	}
+	for _, ref := range opts.Rendered.Refs {
+		env = append(env, secretEnv(ref))
+	}
+	return env
+}
+
+// Deployment is the receiver Deployment of ep.
+func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
+	labels := Labels(ep, ComponentReceiver)
+	vols, mounts := tmpVolumes()
+	probe := func(path string, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromString(PortNameMetrics), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds:    5,
+			TimeoutSeconds:   2,
+			FailureThreshold: failures,
+			SuccessThreshold: 1,
+		}
+	}
+	return &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ReceiverName(ep), Namespace: ep.Namespace, Labels: labels,
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas:             ptr.To(Replicas(ep, opts)),
+			RevisionHistoryLimit: ptr.To[int32](3),
+			Selector:             &metav1.LabelSelector{MatchLabels: SelectorLabels(ep)},
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				// Keep every ready pod until its replacement is ready: a rotation never
+				// lowers capacity.
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      labels,
+					Annotations: map[string]string{AnnotationConfigHash: opts.ConfigHash},
+				},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:            ReceiverName(ep),
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					SecurityContext:               podSecurityContext(),
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Volumes:                       vols,
+					Containers: []corev1.Container{{
+						Name:  ContainerReceiver,
+						Image: image(ep, opts),
+						Args:  []string{"receiver"},
+						Ports: []corev1.ContainerPort{
+							{Name: PortNameHTTP, ContainerPort: config.WebhookPort, Protocol: corev1.ProtocolTCP},
+							{Name: PortNameMetrics, ContainerPort: config.AdminPort, Protocol: corev1.ProtocolTCP},
+						},
+						Env:             receiverEnv(ep, opts),
+						Resources:       receiverResources(ep),
+						ReadinessProbe:  probe("/readyz", 3),
+						LivenessProbe:   probe("/healthz", 6),
+						SecurityContext: containerSecurityContext(),
+						VolumeMounts:    mounts,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+					}},
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,115 @@
+package resources
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// Prometheus Operator kinds. They are built as unstructured objects so the operator
+// needs neither the Prometheus Operator module nor its CRDs to run.
+var (
+	MonitoringGroupVersion = schema.GroupVersion{Group: "monitoring.coreos.com", Version: "v1"}
+	ServiceMonitorGVK      = MonitoringGroupVersion.WithKind("ServiceMonitor")
+	PrometheusRuleGVK      = MonitoringGroupVersion.WithKind("PrometheusRule")
+)
+
+// Metric names from internal/metrics, used by the alert rules.
+const (
+	metricOldestUndelivered = "hookkeeper_outbox_oldest_undelivered_age_seconds"
+	metricDeadLetters       = "hookkeeper_outbox_dead_letters"
+	metricSignatureFailures = "hookkeeper_webhook_signature_failures_total"
+	metricRequests          = "hookkeeper_webhook_requests_total"
+	metricDuplicates        = "hookkeeper_webhook_duplicates_total"
+)
+
+func stringMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func newUnstructured(gvk schema.GroupVersionKind, name, namespace string, labels map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetGroupVersionKind(gvk)
+	u.SetName(name)
+	u.SetNamespace(namespace)
+	u.SetLabels(labels)
+	return u
+}
+
+// ServiceMonitor scrapes the receiver Service's metrics port. honorLabels keeps the
+// metrics' own `endpoint` label (the WebhookEndpoint) instead of the scrape target's.
+func ServiceMonitor(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
+	u := newUnstructured(ServiceMonitorGVK, MonitoringName(ep), ep.Namespace, Labels(ep, ComponentReceiver))
+	u.Object["spec"] = map[string]any{
+		"selector": map[string]any{"matchLabels": stringMap(SelectorLabels(ep))},
+		"endpoints": []any{map[string]any{
+			"port":        PortNameMetrics,
+			"path":        "/metrics",
+			"interval":    "30s",
+			"honorLabels": true,
+		}},
+	}
+	return u
+}
+
+// alertSelector selects the series scraped from this endpoint's receiver Service.
+func alertSelector(ep *v1alpha1.WebhookEndpoint) string {
+	return fmt.Sprintf(`namespace=%q,service=%q`, ep.Namespace, ReceiverName(ep))
+}
+
+func rule(alert, expr, forDuration, severity, summary, description string, ep *v1alpha1.WebhookEndpoint) map[string]any {
+	return map[string]any{
+		"alert": alert,
+		"expr":  expr,
+		"for":   forDuration,
+		"labels": map[string]any{
+			"severity": severity,
+		},
+		"annotations": map[string]any{
+			"summary":     summary,
+			"description": fmt.Sprintf("%s (WebhookEndpoint %s/%s)", description, ep.Namespace, ep.Name),
+		},
+	}
+}
+
+// PrometheusRule holds the endpoint's alerts: the outbox is lagging, events are
+// dead-lettered, signature failures spike (a wrong secret or an attack) and the share of
+// duplicates jumps (the provider is retrying because acknowledgements are slow or lost).
+func PrometheusRule(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
+	sel := alertSelector(ep)
+	rules := []any{
+		rule("HookkeeperOutboxLagging",
+			fmt.Sprintf(`max(%s{%s}) > 300`, metricOldestUndelivered, sel), "5m", "warning",
+			"Outbox events are not reaching the sink",
+			"The oldest undelivered outbox event is more than 5 minutes old", ep),
+		rule("HookkeeperDeadLetters",
+			fmt.Sprintf(`max(%s{%s}) > 0`, metricDeadLetters, sel), "1m", "warning",
+			"Outbox events were dead-lettered",
+			"Some outbox events exhausted their attempts; fix the sink and run `hookkeeper replay`", ep),
+		rule("HookkeeperSignatureFailureSpike",
+			fmt.Sprintf(`sum(rate(%[1]s{%[2]s}[5m])) > 0.05 and sum(rate(%[1]s{%[2]s}[5m])) > 0.1 * sum(rate(%[3]s{%[2]s}[5m]))`,
+				metricSignatureFailures, sel, metricRequests), "10m", "warning",
+			"Many webhook requests fail signature verification",
+			"More than 10% of requests fail signature verification: a rotated secret not yet in its Secret, or forged traffic", ep),
+		rule("HookkeeperDuplicateRateJump",
+			fmt.Sprintf(`(sum(rate(%[1]s{%[2]s}[10m])) / sum(rate(%[3]s{%[2]s}[10m]))) > 0.2 and (sum(rate(%[1]s{%[2]s}[10m])) / sum(rate(%[3]s{%[2]s}[10m]))) > 3 * (sum(rate(%[1]s{%[2]s}[1d])) / sum(rate(%[3]s{%[2]s}[1d])))`,
+				metricDuplicates, sel, metricRequests), "15m", "info",
+			"The share of duplicate deliveries jumped",
+			"More than 20% of deliveries are duplicates, three times the daily share: the provider is retrying, check response latency", ep),
+	}
+	u := newUnstructured(PrometheusRuleGVK, MonitoringName(ep), ep.Namespace, Labels(ep, ComponentReceiver))
+	u.Object["spec"] = map[string]any{
+		"groups": []any{map[string]any{
+			"name":  "hookkeeper." + ep.Namespace + "." + ep.Name,
+			"rules": rules,
+		}},
+	}
+	return u
+}

@@ -1,0 +1,121 @@
+package resources
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+)
+
+// Options are the inputs a builder needs beyond the endpoint itself.
+type Options struct {
+	// Image of the receiver and migration containers unless spec.receiver.image is set.
+	Image string
+	// Rendered is the receiver's view of the endpoint (see Render).
+	Rendered Rendered
+	// ConfigHash goes into the pod template (see ConfigHash).
+	ConfigHash string
+}
+
+// Container and port names.
+const (
+	ContainerReceiver = "receiver"
+	ContainerMigrate  = "migrate"
+	PortNameHTTP      = "http"
+	PortNameMetrics   = "metrics"
+	ServicePortHTTP   = 80
+	runAsID           = 65532
+	tmpVolume         = "tmp"
+)
+
+// image is the image the endpoint's pods run.
+func image(ep *v1alpha1.WebhookEndpoint, opts Options) string {
+	if ep.Spec.Receiver.Image != "" {
+		return ep.Spec.Receiver.Image
+	}
+	return opts.Image
+}
+
+// defaultResources apply when spec.receiver.resources is empty: enough for the receiver
+// at modest load, with a memory limit so a leak cannot take the node.
+func defaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+	}
+}
+
+func receiverResources(ep *v1alpha1.WebhookEndpoint) corev1.ResourceRequirements {
+	r := ep.Spec.Receiver.Resources
+	if len(r.Requests) == 0 && len(r.Limits) == 0 && len(r.Claims) == 0 {
+		return defaultResources()
+	}
+	return *r.DeepCopy()
+}
+
+// podSecurityContext and containerSecurityContext harden every pod the operator runs:
+// non-root, no privilege escalation, no capabilities, read-only root, RuntimeDefault
+// seccomp (the restricted Pod Security Standard).
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](runAsID),
+		RunAsGroup:     ptr.To[int64](runAsID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](runAsID),
+		RunAsGroup:               ptr.To[int64](runAsID),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Privileged:               ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// tmpVolumes give the read-only container a writable, size-capped /tmp.
+func tmpVolumes() ([]corev1.Volume, []corev1.VolumeMount) {
+	vols := []corev1.Volume{{
+		Name: tmpVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse("16Mi")),
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: tmpVolume, MountPath: "/tmp"}}
+	return vols, mounts
+}
+
+// secretEnv reads one Secret key; the key is required, so a pod never starts with an
+// empty secret (fail closed).
+func secretEnv(ref SecretRef) corev1.EnvVar {
+	return corev1.EnvVar{
+		Name: ref.EnvVar,
+		ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+			Key:                  ref.Key,
+			Optional:             ptr.To(false),
+		}},
+	}
+}
+
+// databaseRef is the DATABASE_URL reference among the rendered refs.
+func databaseRef(ep *v1alpha1.WebhookEndpoint) SecretRef {
+	return SecretRef{
+		Field:  "spec.database.urlSecretRef",
+		Name:   ep.Spec.Database.URLSecretRef.Name,
+		Key:    ep.Spec.Database.URLSecretRef.Key,
+		EnvVar: config.EnvDatabaseURL,
+	}
+}
