@@ -42,6 +42,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -51,7 +53,7 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
@@ -100,8 +102,8 @@ func ReadManifest(manifestFile string, getenv func(string) string) (*v1alpha1.We
 			return nil, fmt.Errorf("no endpoint: pass --endpoint FILE or set %s", EnvEndpoint)
 		}
 	}
-	var we v1alpha1.WebhookEndpoint
-	if err := yaml.UnmarshalStrict(data, &we); err != nil {
+	we, err := decodeManifest(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse endpoint manifest from %s: %w", source, err)
 	}
 	if we.APIVersion != "" && we.APIVersion != v1alpha1.GroupVersion.String() {
@@ -117,6 +119,27 @@ func ReadManifest(manifestFile string, getenv func(string) string) (*v1alpha1.We
 		we.Namespace = "default"
 	}
 	ApplyDefaults(&we.Spec)
+	return we, nil
+}
+
+// decodeManifest parses YAML 1.2 (so a transition's `on:` key stays the string "on"; a
+// YAML 1.1 parser such as sigs.k8s.io/yaml turns it into "true") or JSON, and decodes it
+// strictly: unknown fields are errors.
+func decodeManifest(data []byte) (*v1alpha1.WebhookEndpoint, error) {
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	asJSON, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(asJSON))
+	dec.DisallowUnknownFields()
+	var we v1alpha1.WebhookEndpoint
+	if err := dec.Decode(&we); err != nil {
+		return nil, err
+	}
 	return &we, nil
 }
 

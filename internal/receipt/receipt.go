@@ -127,8 +127,25 @@ var ErrRetryLater = errors.New("entity does not exist yet; retry later")
 
 // LiveFunc fetches the provider's current object for an event whose transition
 // re-fetches (spec.provider.refetch). It runs before the transaction, outside any lock;
-// its result is the guard's `live` variable. An error fails the request (503).
+// its result is the guard's `live` variable (or a LiveValue). An error fails the request
+// (503), except a LiveRejected, which records the event as guard_failed.
 type LiveFunc func(ctx context.Context, ev Event) (any, error)
+
+// LiveValue is what a LiveFunc may return instead of the bare value: Value is the
+// guard's `live`; Detail (which object was fetched, in which state) is added to the
+// receipt's detail when a transition that re-fetches applies or its guard fails.
+type LiveValue struct {
+	Value  any
+	Detail string
+}
+
+// LiveRejected is a LiveFunc error that is the provider's answer, not a failure: the
+// object the event names does not exist, or there is none to fetch. A retry would get
+// the same answer, so the event is recorded as guard_failed with Detail (Reprocess can
+// apply it later) and the request succeeds.
+type LiveRejected struct{ Detail string }
+
+func (e *LiveRejected) Error() string { return e.Detail }
 
 // Option configures a Recorder.
 type Option func(*Recorder)
@@ -199,6 +216,9 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 				continue
 			}
 			v, err := r.live(ctx, ev)
+			if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
+				v, err = rejected, nil
+			}
 			if err != nil {
 				return nil, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
 			}
@@ -365,11 +385,20 @@ func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res 
 	if ent.state != nil {
 		state = *ent.state
 	}
+	live, liveDetail, rejected := unwrapLive(live)
 	d := r.ep.Machine.Decide(statemachine.Input{
 		Event:  *ev,
 		Entity: statemachine.Entity{Key: ev.EntityKey, State: state, Amount: ent.amount, LastEventAt: ent.lastAt},
 		Live:   live,
 	})
+	// The fetch speaks for the transitions that re-fetch: their guard failing or holding.
+	if d.Verdict == statemachine.GuardFailed || (d.Verdict == statemachine.Apply && d.Transition.Refetch) {
+		if rejected != nil {
+			d = statemachine.Decision{Verdict: statemachine.GuardFailed, Detail: rejected.Detail}
+		} else {
+			d.Detail = joinDetail(d.Detail, liveDetail)
+		}
+	}
 	detail := d.Detail
 	if ent.created {
 		detail = joinDetail(DetailCreated, detail)
@@ -409,6 +438,18 @@ func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res 
 		}
 		return nil
 	}}, false
+}
+
+// unwrapLive splits what a LiveFunc produced into the guard's value, the detail of the
+// fetch, and the provider's rejection of the event.
+func unwrapLive(live any) (value any, detail string, rejected *LiveRejected) {
+	switch v := live.(type) {
+	case LiveValue:
+		return v.Value, v.Detail, nil
+	case *LiveRejected:
+		return nil, "", v
+	}
+	return live, "", nil
 }
 
 func joinDetail(a, b string) string {

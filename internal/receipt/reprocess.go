@@ -68,7 +68,11 @@ func (r *Recorder) Reprocess(ctx context.Context, eventRowID int64) (res Result,
 
 	var live any
 	if r.live != nil && r.ep.Machine.NeedsLive(ev.Type) {
-		if live, err = r.live(ctx, ev); err != nil {
+		live, err = r.live(ctx, ev)
+		if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
+			live, err = rejected, nil
+		}
+		if err != nil {
 			return Result{}, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
 		}
 	}

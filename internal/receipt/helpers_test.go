@@ -1,0 +1,167 @@
+package receipt
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+const schema = "hk"
+
+// machine is the seed's order machine plus a dispute transition for stale checks.
+func machine() v1alpha1.StateMachineSpec {
+	return v1alpha1.StateMachineSpec{
+		Initial: "payment_pending",
+		States:  []string{"payment_pending", "paid", "failed", "refunded", "disputed"},
+		Transitions: []v1alpha1.Transition{
+			{Name: "capture", On: []string{"payment_intent.succeeded"}, From: []string{"payment_pending"}, To: "paid",
+				Guard: "event.amount == entity.amount", Emit: "order.paid"},
+			{Name: "fail", On: []string{"payment_intent.payment_failed"}, From: []string{"payment_pending"}, To: "failed"},
+			{Name: "refund", On: []string{"charge.refunded"}, From: []string{"paid"}, To: "refunded", Emit: "order.refunded"},
+			{Name: "dispute", On: []string{"charge.dispute.created"}, From: []string{"paid", "refunded"}, To: "disputed", Emit: "order.disputed"},
+		},
+	}
+}
+
+func endpointSpec(onUnmatched v1alpha1.OnUnmatched, table *v1alpha1.EntityTableSpec) *v1alpha1.WebhookEndpoint {
+	return &v1alpha1.WebhookEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop"},
+		Spec: v1alpha1.WebhookEndpointSpec{
+			Provider:       v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
+			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: secretRef("s", "k")}},
+			Database:       v1alpha1.DatabaseSpec{URLSecretRef: secretRef("db", "uri"), Schema: schema},
+			Entity:         v1alpha1.EntitySpec{Table: table, OnUnmatched: onUnmatched},
+			StateMachine:   machine(),
+			Delivery:       v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://sink.local/"}},
+		},
+	}
+}
+
+// fixture is a migrated database, a pool and a Recorder for one endpoint.
+type fixture struct {
+	t     *testing.T
+	url   string
+	pool  *pgxpool.Pool
+	ep    *config.Endpoint
+	rec   *Recorder
+	ctx   context.Context
+	dials atomic.Int64
+	// writes counts client-to-server writes: one per round trip (pgx flushes a batch
+	// once, at its Sync).
+	writes atomic.Int64
+}
+
+func newFixture(t *testing.T, we *v1alpha1.WebhookEndpoint, setupSQL ...string) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	url := testsupport.MigratedDatabase(t, schema)
+	f := &fixture{t: t, url: url, ctx: ctx}
+	env := map[string]string{config.EnvDatabaseURL: url, config.EnvSigningSecretPrefix + "0": "whsec_test"}
+	ep, err := config.Compile(we, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("compile endpoint: %v", err)
+	}
+	f.ep = ep
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		f.dials.Add(1)
+		return &countingConn{Conn: c, writes: &f.writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	f.pool = pool
+	for _, s := range setupSQL {
+		f.exec(s)
+	}
+	f.rec = NewRecorder(pool, ep)
+	return f
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func (f *fixture) exec(sql string, args ...any) {
+	f.t.Helper()
+	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
+		f.t.Fatalf("exec %q: %v", sql, err)
+	}
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatalf("count %q: %v", sql, err)
+	}
+	return n
+}
+
+func (f *fixture) str(sql string, args ...any) string {
+	f.t.Helper()
+	var s string
+	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&s); err != nil {
+		f.t.Fatalf("query %q: %v", sql, err)
+	}
+	return s
+}
+
+func (f *fixture) record(ev Event) Result {
+	f.t.Helper()
+	res, err := f.rec.Record(f.ctx, ev)
+	if err != nil {
+		f.t.Fatalf("Record(%s): %v", ev.ID, err)
+	}
+	return res
+}
+
+func (f *fixture) managedEntity(key, state string, amount int64) {
+	f.exec(`INSERT INTO hk.entities (endpoint, entity_key, state, amount) VALUES ($1, $2, $3, $4)`, f.ep.Key(), key, state, amount)
+}
+
+func secretRef(name, key string) corev1.SecretKeySelector {
+	return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
+}
+
+func ev(id, typ, key string, amount int64, at time.Time) Event {
+	e := Event{ID: id, Type: typ, EntityKey: key, Payload: []byte(`{"id":"` + id + `","type":"` + typ + `"}`),
+		Headers: map[string]string{"user-agent": "test"}}
+	if amount != 0 {
+		e.Amount = &amount
+	}
+	if !at.IsZero() {
+		e.OccurredAt = &at
+	}
+	return e
+}
