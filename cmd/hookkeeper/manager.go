@@ -1,0 +1,115 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookkeeper/hookkeeper/controllers"
+)
+
+// envImage names the image the manager gives receiver pods when --receiver-image is not
+// set; the manager's Deployment sets it to its own image.
+const envImage = "HOOKKEEPER_IMAGE"
+
+func init() { rootCmd.AddCommand(newManagerCmd()) }
+
+type managerFlags struct {
+	metricsAddr      string
+	metricsSecure    bool
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionNS string
+	receiverImage    string
+	enableHTTP2      bool
+}
+
+func newManagerCmd() *cobra.Command {
+	var f managerFlags
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the operator: reconcile WebhookEndpoints into receivers",
+		Long: "manager runs the WebhookEndpoint controller: it validates each endpoint, resolves its\n" +
+			"Secrets, runs the schema migration Job and keeps the receiver Deployment, Service, PDB,\n" +
+			"NetworkPolicy, exposure and monitoring objects in shape. Only the elected leader reconciles.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			return runManager(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint; \"0\" disables it")
+	fl.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS with Kubernetes authentication and authorization; false serves plain HTTP")
+	fl.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
+	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	fl.StringVar(&f.receiverImage, "receiver-image", os.Getenv(envImage), "image of the receiver and migration pods (default: $"+envImage+")")
+	fl.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 (off by default: HTTP/2 rapid reset, CVE-2023-44487)")
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	zapOpts.BindFlags(goFlags)
+	fl.AddGoFlagSet(goFlags)
+	return cmd
+}
+
+func runManager(cmd *cobra.Command, f managerFlags) error {
+	if f.receiverImage == "" {
+		return errors.New("no receiver image: set --receiver-image or " + envImage)
+	}
+	scheme := runtime.NewScheme()
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return err
+	}
+	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure}
+	if !f.enableHTTP2 {
+		metricsOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	if f.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              "hookkeeper-manager.hookkeeper.dev",
+		LeaderElectionNamespace:       f.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: f.receiverImage}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+	ctrl.Log.WithName("manager").Info("starting", "receiverImage", f.receiverImage, "leaderElection", f.leaderElect)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}

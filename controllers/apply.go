@@ -1,0 +1,100 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// apply server-side applies obj (a fully specified desired object from
+// internal/resources) under FieldOwner with ep as its controller owner, and returns the
+// live object as the API server answered. Applying an unchanged object is a no-op on
+// the server: the resourceVersion does not move.
+func (r *WebhookEndpointReconciler) apply(ctx context.Context, ep *v1alpha1.WebhookEndpoint, obj client.Object) (*unstructured.Unstructured, error) {
+	if err := controllerutil.SetControllerReference(ep, obj, r.Scheme); err != nil {
+		return nil, fmt.Errorf("set owner of %T %s: %w", obj, obj.GetName(), err)
+	}
+	u, err := toApplyObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("apply %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+	}
+	return u, nil
+}
+
+// toApplyObject converts obj into an apply configuration: no status (the server owns
+// it) and no nulls (a null in an apply configuration would claim and clear a field).
+func toApplyObject(obj client.Object) (*unstructured.Unstructured, error) {
+	var content map[string]any
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		content = runtime.DeepCopyJSON(u.Object)
+	} else {
+		c, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return nil, fmt.Errorf("convert %T %s: %w", obj, obj.GetName(), err)
+		}
+		content = c
+	}
+	delete(content, "status")
+	pruneNulls(content)
+	u := &unstructured.Unstructured{Object: content}
+	if u.GetAPIVersion() == "" || u.GetKind() == "" {
+		return nil, fmt.Errorf("apply %T %s: apiVersion and kind must be set", obj, obj.GetName())
+	}
+	return u, nil
+}
+
+func pruneNulls(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, child := range t {
+			if child == nil {
+				delete(t, k)
+				continue
+			}
+			pruneNulls(child)
+		}
+	case []any:
+		for _, child := range t {
+			pruneNulls(child)
+		}
+	}
+}
+
+// deleteOwned deletes obj (named, with apiVersion/kind set) if it exists and ep controls
+// it; an object of the same name that someone else owns is left alone. A kind that is not
+// installed has nothing to delete.
+func (r *WebhookEndpointReconciler) deleteOwned(ctx context.Context, ep *v1alpha1.WebhookEndpoint, obj client.Object) error {
+	key := client.ObjectKeyFromObject(obj)
+	if err := r.reader().Get(ctx, key, obj); err != nil {
+		if client.IgnoreNotFound(err) == nil || isNotInstalled(err) {
+			return nil
+		}
+		return fmt.Errorf("get %T %s: %w", obj, key, err)
+	}
+	if !metav1IsControlledBy(obj, ep) {
+		return nil
+	}
+	if err := r.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete %T %s: %w", obj, key, err)
+	}
+	return nil
+}
+
+func metav1IsControlledBy(obj client.Object, ep *v1alpha1.WebhookEndpoint) bool {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.UID == ep.UID {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,63 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+// Event reasons.
+const (
+	EventConfigInvalid       = "ConfigInvalid"
+	EventConfigValid         = "ConfigValid"
+	EventSecretMissing       = "SecretMissing"
+	EventSecretsResolved     = "SecretsResolved"
+	EventSecretRotated       = "SecretRotated"
+	EventSecretExpired       = "SigningSecretExpired"
+	EventConfigChanged       = "ConfigChanged"
+	EventMigrationStarted    = "MigrationStarted"
+	EventMigrationSucceeded  = "MigrationSucceeded"
+	EventMigrationFailed     = "MigrationFailed"
+	EventReceiverAvailable   = "ReceiverAvailable"
+	EventReceiverUnavailable = "ReceiverUnavailable"
+	EventExposed             = "Exposed"
+	EventExposureRemoved     = "ExposureRemoved"
+)
+
+// event records an Event on the endpoint. Notes never carry secret values: callers pass
+// names, keys and reasons only.
+func (r *WebhookEndpointReconciler) event(ep *v1alpha1.WebhookEndpoint, eventType, reason, action, note string, args ...any) {
+	if r.Recorder == nil {
+		return
+	}
+	r.Recorder.Eventf(ep, nil, eventType, reason, action, note, args...)
+}
+
+// reconcileConfig checks what admission cannot (CEL compiles, templates parse) and
+// renders the receiver's view of the endpoint.
+func (r *WebhookEndpointReconciler) reconcileConfig(_ context.Context, st *state) error {
+	if err := r.validate(st.ep); err != nil {
+		msg := err.Error()
+		if st.transitioned(v1alpha1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig) {
+			r.event(st.ep, corev1.EventTypeWarning, EventConfigInvalid, "Validate", "%s", msg)
+		}
+		st.setCondition(v1alpha1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig, msg)
+		return errStop
+	}
+	rendered, err := resources.Render(st.ep, st.now)
+	if err != nil {
+		return err
+	}
+	st.rendered = rendered
+	if st.transitioned(v1alpha1.ConditionConfigValid, metav1.ConditionTrue, ReasonValid) &&
+		st.previous(v1alpha1.ConditionConfigValid) != nil {
+		r.event(st.ep, corev1.EventTypeNormal, EventConfigValid, "Validate", "configuration is valid again")
+	}
+	st.setCondition(v1alpha1.ConditionConfigValid, metav1.ConditionTrue, ReasonValid,
+		"event expressions, guards and templates compile")
+	return nil
+}

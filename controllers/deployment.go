@@ -1,0 +1,137 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+func (r *WebhookEndpointReconciler) resourceOptions(st *state) resources.Options {
+	return resources.Options{
+		Image:      r.Options.ReceiverImage,
+		Rendered:   st.rendered,
+		ConfigHash: st.configHash,
+	}
+}
+
+// reconcileServiceAccount gives the pods an identity without an API token. It comes
+// before the migration Job, whose pod runs under it.
+func (r *WebhookEndpointReconciler) reconcileServiceAccount(ctx context.Context, st *state) error {
+	_, err := r.apply(ctx, st.ep, resources.ServiceAccount(st.ep))
+	return err
+}
+
+// reconcileDeployment applies the receiver Deployment and reads its availability.
+func (r *WebhookEndpointReconciler) reconcileDeployment(ctx context.Context, st *state) error {
+	ep := st.ep
+	desired := resources.Deployment(ep, r.resourceOptions(st))
+
+	current := &appsv1.Deployment{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), current)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("get Deployment %s: %w", desired.Name, err)
+	}
+	existed := err == nil
+	live, err := r.apply(ctx, ep, desired)
+	if err != nil {
+		return err
+	}
+	if existed {
+		r.rolloutEvent(st, current, desired)
+	}
+	applied := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, applied); err != nil {
+		return fmt.Errorf("read applied Deployment %s: %w", desired.Name, err)
+	}
+	r.receiverAvailability(st, applied)
+	return nil
+}
+
+// rolloutEvent says why the pods roll: a Secret value changed under the same config
+// (rotation), or the config itself changed.
+func (r *WebhookEndpointReconciler) rolloutEvent(st *state, current, desired *appsv1.Deployment) {
+	oldHash := current.Spec.Template.Annotations[resources.AnnotationConfigHash]
+	newHash := desired.Spec.Template.Annotations[resources.AnnotationConfigHash]
+	if oldHash == "" || oldHash == newHash {
+		return
+	}
+	if envValue(current, config.EnvEndpoint) == envValue(desired, config.EnvEndpoint) {
+		r.event(st.ep, corev1.EventTypeNormal, EventSecretRotated, "Rollout",
+			"a referenced Secret value changed; rolling the receiver pods")
+		return
+	}
+	r.event(st.ep, corev1.EventTypeNormal, EventConfigChanged, "Rollout",
+		"the endpoint configuration changed; rolling the receiver pods")
+}
+
+func envValue(d *appsv1.Deployment, name string) string {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// receiverAvailability sets ReceiverAvailable from the Deployment's status: the current
+// template is rolled out to every replica and the Deployment reports Available.
+func (r *WebhookEndpointReconciler) receiverAvailability(st *state, d *appsv1.Deployment) {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	available := false
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
+			available = true
+		}
+	}
+	s := d.Status
+	switch {
+	case s.ObservedGeneration < d.Generation || s.UpdatedReplicas < want:
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
+			fmt.Sprintf("Deployment %s is rolling out: %d of %d replicas updated", d.Name, s.UpdatedReplicas, want))
+	case !available || s.AvailableReplicas < want:
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonUnavailable,
+			fmt.Sprintf("Deployment %s has %d of %d replicas available; check the receiver pods' readiness (/readyz needs the database)",
+				d.Name, s.AvailableReplicas, want))
+	default:
+		if st.transitioned(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable) {
+			r.event(st.ep, corev1.EventTypeNormal, EventReceiverAvailable, "Rollout",
+				"receiver Deployment %s has %d available replica(s)", d.Name, s.AvailableReplicas)
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable,
+			fmt.Sprintf("%d of %d replicas available and up to date", s.AvailableReplicas, want))
+	}
+}
+
+// reconcileService applies the receiver Service.
+func (r *WebhookEndpointReconciler) reconcileService(ctx context.Context, st *state) error {
+	_, err := r.apply(ctx, st.ep, resources.Service(st.ep))
+	if err == nil {
+		st.url = resources.InClusterURL(st.ep)
+	}
+	return err
+}
+
+// reconcilePDB keeps a PodDisruptionBudget only while there is more than one replica.
+func (r *WebhookEndpointReconciler) reconcilePDB(ctx context.Context, st *state) error {
+	desired := resources.PodDisruptionBudget(st.ep)
+	if resources.WantsPDB(st.ep, r.resourceOptions(st)) {
+		_, err := r.apply(ctx, st.ep, desired)
+		return err
+	}
+	return r.deleteOwned(ctx, st.ep, &policyv1.PodDisruptionBudget{ObjectMeta: desired.ObjectMeta})
+}

@@ -1,0 +1,131 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+// maxTerminationMessage bounds the part of a failed pod's message copied into status.
+const maxTerminationMessage = 1024
+
+// reconcileMigration runs the schema migration Job for this binary's schema version and
+// lets the Deployment proceed only once it completed. A Job is never updated (its pod
+// template is immutable): when what it migrated changes (schema, image, database) the old
+// Job is deleted and a new one runs.
+func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *state) error {
+	ep := st.ep
+	opts := r.resourceOptions(st)
+	hash := resources.MigrationHash(ep, opts, st.values[ep.Spec.Database.URLSecretRef.Name+"/"+ep.Spec.Database.URLSecretRef.Key])
+	desired := resources.MigrationJob(ep, opts, hash)
+
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), job)
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := r.apply(ctx, ep, desired); err != nil {
+			return err
+		}
+		r.event(ep, corev1.EventTypeNormal, EventMigrationStarted, "Migrate",
+			"migration Job %s started (schema version %d, schema %q)", desired.Name, store.SchemaVersion, ep.Spec.Database.Schema)
+		return r.migrating(st, desired.Name)
+	case err != nil:
+		return fmt.Errorf("get Job %s: %w", desired.Name, err)
+	}
+	if !metav1IsControlledBy(job, ep) {
+		st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrationFailed,
+			fmt.Sprintf("Job %s/%s exists and is not owned by this WebhookEndpoint; delete or rename it", job.Namespace, job.Name))
+		return errStop
+	}
+	if job.Annotations[resources.AnnotationMigrationHash] != hash {
+		if job.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete stale migration Job %s: %w", job.Name, err)
+			}
+		}
+		st.requeue(st.now.Add(2 * time.Second))
+		return r.migrating(st, desired.Name)
+	}
+	switch {
+	case jobCondition(job, batchv1.JobComplete):
+		if st.transitioned(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, ReasonMigrated) {
+			r.event(ep, corev1.EventTypeNormal, EventMigrationSucceeded, "Migrate",
+				"migration Job %s completed: schema %q is at version %d", job.Name, ep.Spec.Database.Schema, store.SchemaVersion)
+		}
+		st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, ReasonMigrated,
+			fmt.Sprintf("schema %q is at version %d (Job %s)", ep.Spec.Database.Schema, store.SchemaVersion, job.Name))
+		ep.Status.SchemaVersion = store.SchemaVersion
+		return nil
+	case jobCondition(job, batchv1.JobFailed):
+		detail := r.terminationMessage(ctx, job)
+		msg := fmt.Sprintf("migration Job %s/%s failed", job.Namespace, job.Name)
+		if detail != "" {
+			msg += ": " + detail
+		}
+		msg += "; fix the cause and delete the Job to retry"
+		if st.transitioned(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrationFailed) {
+			r.event(ep, corev1.EventTypeWarning, EventMigrationFailed, "Migrate", "%s", msg)
+		}
+		st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrationFailed, msg)
+		return errStop
+	default:
+		return r.migrating(st, job.Name)
+	}
+}
+
+func (r *WebhookEndpointReconciler) migrating(st *state, jobName string) error {
+	st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrating,
+		fmt.Sprintf("migration Job %s is bringing schema %q to version %d", jobName, st.ep.Spec.Database.Schema, store.SchemaVersion))
+	if st.previous(v1alpha1.ConditionReceiverAvailable) == nil {
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonWaiting,
+			"the receiver starts once the database migration completed")
+	}
+	return errStop
+}
+
+func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
+	for _, c := range job.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// terminationMessage is the last failed migration pod's termination message (the
+// migrate command writes why it failed; database URLs are never part of it).
+func (r *WebhookEndpointReconciler) terminationMessage(ctx context.Context, job *batchv1.Job) string {
+	var pods corev1.PodList
+	if err := r.reader().List(ctx, &pods, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		return ""
+	}
+	var latest time.Time
+	var message string
+	for _, pod := range pods.Items {
+		for _, cs := range pod.Status.ContainerStatuses {
+			t := cs.State.Terminated
+			if t == nil || t.ExitCode == 0 || strings.TrimSpace(t.Message) == "" {
+				continue
+			}
+			if message == "" || t.FinishedAt.After(latest) {
+				latest, message = t.FinishedAt.Time, strings.TrimSpace(t.Message)
+			}
+		}
+	}
+	if len(message) > maxTerminationMessage {
+		message = message[:maxTerminationMessage] + "..."
+	}
+	return message
+}

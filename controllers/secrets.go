@@ -1,0 +1,134 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+// secretIndexField indexes WebhookEndpoints by the names of the Secrets they reference,
+// so a Secret event reaches exactly the endpoints that read it.
+const secretIndexField = ".spec.secretRefs.name"
+
+func indexSecretNames(obj client.Object) []string {
+	ep, ok := obj.(*v1alpha1.WebhookEndpoint)
+	if !ok {
+		return nil
+	}
+	return resources.SecretNames(ep)
+}
+
+// endpointsForSecret maps a Secret to the endpoints in its namespace that reference it.
+func (r *WebhookEndpointReconciler) endpointsForSecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.WebhookEndpointList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{secretIndexField: obj.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, ep := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ep)})
+	}
+	return reqs
+}
+
+// expiryMargin is how long after an expiresAt the reconcile runs, so the secret is
+// certainly expired by then.
+const expiryMargin = 50 * time.Millisecond
+
+// reconcileSecrets reads every referenced Secret key that is still in use and hashes the
+// values with the rendered config. A missing Secret, key or empty value stops the
+// reconcile before any pod could start without it.
+func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *state) error {
+	ep := st.ep
+	if next, ok := resources.NextExpiry(ep, st.now); ok {
+		st.requeue(next.Add(expiryMargin))
+	}
+	values := make(map[string][]byte, len(st.rendered.Refs))
+	secrets := map[string]*corev1.Secret{}
+	for _, ref := range st.rendered.Refs {
+		secret, ok := secrets[ref.Name]
+		if !ok {
+			secret = &corev1.Secret{}
+			err := r.Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: ref.Name}, secret)
+			if client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("get Secret %s/%s: %w", ep.Namespace, ref.Name, err)
+			}
+			if err != nil {
+				return r.secretsUnresolved(st, ReasonSecretNotFound, fmt.Sprintf(
+					"Secret %s/%s not found (referenced by %s); create it or fix the reference",
+					ep.Namespace, ref.Name, ref.Field))
+			}
+			secrets[ref.Name] = secret
+		}
+		value, found := secret.Data[ref.Key]
+		if !found {
+			return r.secretsUnresolved(st, ReasonKeyNotFound, fmt.Sprintf(
+				"Secret %s/%s has no key %q (referenced by %s); keys present: %s",
+				ep.Namespace, ref.Name, ref.Key, ref.Field, keyList(secret)))
+		}
+		if len(value) == 0 {
+			return r.secretsUnresolved(st, ReasonSecretEmpty, fmt.Sprintf(
+				"Secret %s/%s key %q is empty (referenced by %s); an empty secret never verifies",
+				ep.Namespace, ref.Name, ref.Key, ref.Field))
+		}
+		values[ref.Name+"/"+ref.Key] = value
+	}
+	st.values = values
+	st.configHash = resources.ConfigHash(st.rendered, values)
+
+	expired := len(ep.Spec.SigningSecrets) - len(st.rendered.ActiveSecrets)
+	if prev := st.original.Status.ActiveSecrets; prev > 0 && int(prev) > len(st.rendered.ActiveSecrets) &&
+		st.original.Status.ObservedGeneration == ep.Generation {
+		r.event(ep, corev1.EventTypeNormal, EventSecretExpired, "Rotate",
+			"%d signing secret(s) passed expiresAt and no longer verify; the receiver pods roll", expired)
+	}
+	if len(st.rendered.ActiveSecrets) == 0 {
+		// Continue: the Deployment is scaled to zero so no pod verifies with an expired
+		// secret; providers retry until a new secret is added.
+		msg := "every spec.signingSecrets entry has passed its expiresAt; add a current secret (the receiver is scaled to zero until then)"
+		if st.transitioned(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, ReasonAllExpired) {
+			r.event(ep, corev1.EventTypeWarning, EventSecretMissing, "Resolve", "%s", msg)
+		}
+		st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, ReasonAllExpired, msg)
+		return nil
+	}
+	if st.transitioned(v1alpha1.ConditionSecretsResolved, metav1.ConditionTrue, ReasonResolved) &&
+		st.previous(v1alpha1.ConditionSecretsResolved) != nil {
+		r.event(ep, corev1.EventTypeNormal, EventSecretsResolved, "Resolve", "every referenced Secret key is present")
+	}
+	st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionTrue, ReasonResolved,
+		fmt.Sprintf("%d active signing secret(s); every referenced Secret key is present", len(st.rendered.ActiveSecrets)))
+	return nil
+}
+
+func (r *WebhookEndpointReconciler) secretsUnresolved(st *state, reason, msg string) error {
+	if st.transitioned(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, reason) {
+		r.event(st.ep, corev1.EventTypeWarning, EventSecretMissing, "Resolve", "%s", msg)
+	}
+	st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, reason, msg)
+	return errStop
+}
+
+// keyList names the keys of a Secret (never values), to help fix a wrong key.
+func keyList(s *corev1.Secret) string {
+	if len(s.Data) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}

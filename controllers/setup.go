@@ -1,0 +1,110 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// SetupWithManager registers the reconciler, the Secret field index and the watches on
+// owned objects. Kinds that may be missing (HTTPRoute, ServiceMonitor, PrometheusRule)
+// are watched from the first reconcile that finds their CRD, so the manager starts
+// whether or not they are installed.
+func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Scheme == nil {
+		r.Scheme = mgr.GetScheme()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.WebhookEndpoint{},
+		secretIndexField, indexSecretNames); err != nil {
+		return fmt.Errorf("index WebhookEndpoints by Secret name: %w", err)
+	}
+	c, err := ctrl.NewControllerManagedBy(mgr).
+		Named("webhookendpoint").
+		For(&v1alpha1.WebhookEndpoint{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Owns(&batchv1.Job{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&networkingv1.Ingress{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
+		Build(r)
+	if err != nil {
+		return fmt.Errorf("build WebhookEndpoint controller: %w", err)
+	}
+	r.controller = c
+	r.cache = mgr.GetCache()
+	r.watching = map[string]bool{}
+	return nil
+}
+
+// ensureWatch starts watching obj's kind (owned by a WebhookEndpoint) once; the caller
+// has checked that the kind is served.
+func (r *WebhookEndpointReconciler) ensureWatch(_ context.Context, obj client.Object) error {
+	if r.controller == nil {
+		return nil
+	}
+	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
+	if err != nil {
+		return fmt.Errorf("kind of %T: %w", obj, err)
+	}
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	if r.watching[gvk.String()] {
+		return nil
+	}
+	src := source.Kind(r.cache, obj, handler.EnqueueRequestForOwner(r.Scheme, r.RESTMapper(),
+		&v1alpha1.WebhookEndpoint{}, handler.OnlyControllerOwner()))
+	if err := r.controller.Watch(src); err != nil {
+		return fmt.Errorf("watch %s: %w", gvk, err)
+	}
+	r.watching[gvk.String()] = true
+	return nil
+}
+
+// AddToScheme registers every type the reconciler reads or writes: the core kinds,
+// WebhookEndpoint and the Gateway API kinds (used only when their CRDs are installed).
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, gatewayv1.Install} {
+		if err := add(s); err != nil {
+			return fmt.Errorf("register types: %w", err)
+		}
+	}
+	return nil
+}
+
+// Setup wires a WebhookEndpointReconciler into mgr with the manager's client, scheme,
+// API reader and an events.k8s.io recorder: the one call the manager command and the
+// local dev cluster make.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	r := &WebhookEndpointReconciler{
+		Client:    mgr.GetClient(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder(FieldOwner),
+		APIReader: mgr.GetAPIReader(),
+		Options:   opts,
+	}
+	return r.SetupWithManager(mgr)
+}
