@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+type receiverFlags struct {
+	endpointFile    string
+	listenAddress   string
+	adminAddress    string
+	dispatcher      bool
+	logLevel        string
+	drainDelay      time.Duration
+	shutdownTimeout time.Duration
+}
+
+func init() {
+	rootCmd.AddCommand(newReceiverCommand())
+}
+
+func newReceiverCommand() *cobra.Command {
+	var f receiverFlags
+	cmd := &cobra.Command{
+		Use:   "receiver",
+		Short: "Serve one WebhookEndpoint: verify, record and acknowledge webhooks, and dispatch the outbox",
+		Long: `receiver serves one WebhookEndpoint. It reads the manifest from --endpoint FILE (YAML
+or JSON) or from $` + config.EnvEndpoint + `, and the database URL and signing secrets from
+$` + config.EnvDatabaseURL + ` and $` + config.EnvSigningSecretPrefix + `<index>, the variables the operator sets
+in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.Itoa(config.WebhookPort) +
+			`, /metrics, /healthz and /readyz on port ` + strconv.Itoa(config.AdminPort) + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReceiver(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file (default: $"+config.EnvEndpoint+")")
+	fl.StringVar(&f.listenAddress, "listen-address", "", "webhook listen address host:port (default: $"+config.EnvPodIP+":"+strconv.Itoa(config.WebhookPort)+")")
+	fl.StringVar(&f.adminAddress, "admin-address", "", "admin listen address host:port (default: $"+config.EnvPodIP+":"+strconv.Itoa(config.AdminPort)+")")
+	fl.BoolVar(&f.dispatcher, "dispatcher", true, "run the outbox dispatcher in this process")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.DurationVar(&f.drainDelay, "drain-delay", 0, "after SIGTERM, keep serving this long with /readyz failing before closing the listener")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", receiver.DefaultShutdownTimeout, "how long in-flight requests may take to finish after SIGTERM")
+	return cmd
+}
+
+func runReceiver(parent context.Context, f receiverFlags) error {
+	zl, err := newReceiverZap(f.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = zl.Sync() }()
+	log := zapr.NewLogger(zl)
+
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+
+	ep, err := config.Load(f.endpointFile, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("load endpoint: %w", err)
+	}
+	log = log.WithValues("endpoint", ep.Key())
+
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pool, err := store.Open(openCtx, ep.DatabaseURL, ep.Spec.Database.MaxConnections)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	// Closed last, after the servers and the dispatcher have stopped using it.
+	defer pool.Close()
+
+	reg := prometheus.NewRegistry()
+	metrics.Register(reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep), log.WithName("webhook"))
+	if err != nil {
+		return err
+	}
+	var tasks []receiver.Task
+	if f.dispatcher {
+		d := outbox.NewDispatcher(pool, receiver.DispatcherOptions(ep, log.WithName("dispatcher")))
+		tasks = append(tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
+	}
+
+	podIP := os.Getenv(config.EnvPodIP)
+	webhookAddr := f.listenAddress
+	if webhookAddr == "" {
+		webhookAddr = net.JoinHostPort(podIP, strconv.Itoa(config.WebhookPort))
+	}
+	adminAddr := f.adminAddress
+	if adminAddr == "" {
+		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
+	}
+	srv, err := receiver.NewServer(receiver.ServerOptions{
+		WebhookAddr:     webhookAddr,
+		AdminAddr:       adminAddr,
+		Webhook:         handler,
+		DB:              pool,
+		Gatherer:        reg,
+		Tasks:           tasks,
+		DrainDelay:      f.drainDelay,
+		ShutdownTimeout: f.shutdownTimeout,
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting receiver", "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
+		"dispatcher", f.dispatcher, "maxConnections", ep.Spec.Database.MaxConnections)
+	return srv.Run(ctx)
+}
+
+// newReceiverZap is a JSON logger at the given level; structured fields only, so log
+// pipelines can index event ids and outcomes.
+func newReceiverZap(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	cfg.EncoderConfig.TimeKey = "ts"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zl, err := cfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+	return zl, nil
+}

@@ -1,0 +1,181 @@
+// Package receiver is hookkeeper's webhook receiver: the HTTP server that verifies,
+// extracts and records each delivery in one transaction before it answers 2xx, and the
+// admin server with /metrics, /healthz and /readyz. It also runs background work of
+// the same process (the outbox dispatcher) and stops everything in order on shutdown.
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultShutdownTimeout bounds how long in-flight requests may take to finish after
+// SIGTERM; it stays under Kubernetes' default 30s grace period, so the pool still
+// closes cleanly before the kubelet kills the process.
+const DefaultShutdownTimeout = 20 * time.Second
+
+// Server timeouts: generous for a slow provider on a bad link, short enough that idle
+// or stalled connections cannot pile up.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 90 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// Task is background work that shares the receiver's process, such as the outbox
+// dispatcher. It runs until its context ends and returns nil after a clean stop.
+type Task struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// WebhookAddr and AdminAddr are the listen addresses (host:port).
+	WebhookAddr string
+	AdminAddr   string
+	// Webhook handles deliveries on WebhookAddr; see NewHandler.
+	Webhook http.Handler
+	// DB backs /readyz.
+	DB Pinger
+	// Gatherer is what /metrics exposes.
+	Gatherer prometheus.Gatherer
+	// Tasks run beside the servers and stop after the webhook server has drained.
+	Tasks []Task
+	// DrainDelay keeps accepting requests for a while after shutdown begins with
+	// /readyz already failing, so load balancers stop routing here first.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests; DefaultShutdownTimeout
+	// when zero.
+	ShutdownTimeout time.Duration
+	Logger          logr.Logger
+}
+
+// Server runs the webhook and admin HTTP servers and the background tasks of one
+// receiver process.
+type Server struct {
+	opts     ServerOptions
+	draining atomic.Bool
+	webhook  *http.Server
+	admin    *http.Server
+}
+
+// NewServer builds a Server; nothing listens until Run.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Webhook == nil || opts.DB == nil || opts.Gatherer == nil {
+		return nil, errors.New("receiver server: webhook handler, database and metrics gatherer are required")
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{opts: opts}
+	s.webhook = newHTTPServer(opts.Webhook, opts.Logger.WithName("webhook"))
+	s.admin = newHTTPServer(newAdmin(opts.DB, &s.draining, opts.Gatherer, opts.Logger.WithName("admin")), opts.Logger.WithName("admin"))
+	return s, nil
+}
+
+func newHTTPServer(h http.Handler, log logr.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          newStdLogger(log),
+		// Request contexts do not derive from Run's context: SIGTERM must let in-flight
+		// transactions commit, not cancel them.
+		BaseContext: func(net.Listener) context.Context { return context.Background() },
+	}
+}
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Run listens on both addresses and serves until ctx ends or a server or task fails.
+// Then it shuts down in order: /readyz fails, the webhook listener closes and
+// in-flight requests finish (up to ShutdownTimeout), the tasks stop, and the admin
+// server closes last so probes and scrapes work while draining.
+func (s *Server) Run(ctx context.Context) error {
+	webhookLn, err := net.Listen("tcp", s.opts.WebhookAddr)
+	if err != nil {
+		return fmt.Errorf("listen for webhooks on %s: %w", s.opts.WebhookAddr, err)
+	}
+	adminLn, err := net.Listen("tcp", s.opts.AdminAddr)
+	if err != nil {
+		_ = webhookLn.Close()
+		return fmt.Errorf("listen for admin on %s: %w", s.opts.AdminAddr, err)
+	}
+	return s.Serve(ctx, webhookLn, adminLn)
+}
+
+// Serve is Run on listeners the caller opened (tests use port 0).
+func (s *Server) Serve(ctx context.Context, webhookLn, adminLn net.Listener) error {
+	log := s.opts.Logger
+	failed := make(chan error, 2+len(s.opts.Tasks))
+	serve := func(name string, srv *http.Server, ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			failed <- fmt.Errorf("%s server: %w", name, err)
+		}
+	}
+	go serve("webhook", s.webhook, webhookLn)
+	go serve("admin", s.admin, adminLn)
+	log.Info("receiver listening", "webhook", webhookLn.Addr().String(), "admin", adminLn.Addr().String())
+
+	taskCtx, stopTasks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTasks()
+	var tasks sync.WaitGroup
+	for _, t := range s.opts.Tasks {
+		tasks.Go(func() {
+			err := t.Run(taskCtx)
+			if err != nil && taskCtx.Err() == nil {
+				failed <- fmt.Errorf("%s: %w", t.Name, err)
+				return
+			}
+			log.Info("background task stopped", "task", t.Name)
+		})
+	}
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case cause = <-failed:
+		log.Error(cause, "shutting down after a failure")
+	}
+
+	s.draining.Store(true)
+	if s.opts.DrainDelay > 0 && cause == nil {
+		log.Info("draining: readiness fails, still accepting", "delay", s.opts.DrainDelay)
+		time.Sleep(s.opts.DrainDelay)
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := s.webhook.Shutdown(shutdownCtx); err != nil {
+		errs = append(errs, fmt.Errorf("finish in-flight webhooks: %w", err))
+		_ = s.webhook.Close()
+	}
+	stopTasks()
+	tasks.Wait()
+	if err := s.admin.Shutdown(shutdownCtx); err != nil {
+		_ = s.admin.Close()
+	}
+	log.Info("receiver stopped")
+	if cause != nil {
+		errs = append([]error{cause}, errs...)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Env is what every suite shares: where PostgreSQL is, which binary to run, how hard
+// and how long to push.
+type Env struct {
+	// AdminURL reaches a PostgreSQL database as a role that may CREATE DATABASE.
+	AdminURL string
+	// Hookkeeper is the path of the built hookkeeper binary.
+	Hookkeeper string
+	// Concurrency is the number of requests (or pgbench clients) in flight at once.
+	Concurrency int
+	// Phase is the length of one measured phase.
+	Phase time.Duration
+	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
+	ReceiverArgs []string
+	// DropNotifyTrigger removes the outbox NOTIFY trigger before the receiver suite runs,
+	// to measure what it costs. The figures are then not those of the product.
+	DropNotifyTrigger bool
+	// WorkDir is a temporary directory the suites may write into.
+	WorkDir string
+	Log     *log.Logger
+}
+
+// NewDatabase creates an empty database and returns its URL and a function that drops
+// it. Each suite gets its own database, so suites never see each other's rows.
+func (e *Env) NewDatabase(ctx context.Context, prefix string) (string, func(), error) {
+	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), time.Now().UnixNano()%1_000_000)
+	conn, err := pgx.Connect(ctx, e.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(e.AdminURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	u.Path = "/" + name
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, e.AdminURL)
+		if err != nil {
+			e.Log.Printf("drop database %s: %v", name, err)
+			return
+		}
+		defer func() { _ = c.Close(ctx) }()
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			e.Log.Printf("drop database %s: %v", name, err)
+		}
+	}
+	return u.String(), drop, nil
+}
+
+// Process is a hookkeeper subprocess started by a suite.
+type Process struct {
+	cmd       *exec.Cmd
+	AdminAddr string
+	exited    chan error
+}
+
+// StartHookkeeper runs the hookkeeper binary with args and env and waits until
+// adminAddr answers /readyz with 200.
+func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []string, args ...string) (*Process, error) {
+	cmd := exec.Command(e.Hookkeeper, args...)
+	cmd.Env = append(os.Environ(), env...)
+	logFile, err := os.CreateTemp(e.WorkDir, "hookkeeper-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("create process log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", e.Hookkeeper, err)
+	}
+	p := &Process{cmd: cmd, AdminAddr: adminAddr, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait(); _ = logFile.Close() }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get("http://" + adminAddr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case err := <-p.exited:
+			return nil, fmt.Errorf("hookkeeper %s exited before it was ready (%v); see %s", args[0], err, logFile.Name())
+		case <-ctx.Done():
+			p.Stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("hookkeeper %s not ready after 30s; see %s", args[0], logFile.Name())
+		}
+	}
+}
+
+// PeakRSS is the process's high-water resident set (VmHWM), in bytes.
+func (p *Process) PeakRSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process status: %w", err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) != 2 || fields[1] != "kB" {
+				return 0, fmt.Errorf("unexpected VmHWM line %q", line)
+			}
+			kb, err := strconv.ParseInt(fields[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse VmHWM: %w", err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// CPUTime is the CPU time (user + system) the process has used so far.
+func (p *Process) CPUTime() (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process stat: %w", err)
+	}
+	// Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse process CPU time: %w", err)
+		}
+		ticks += n
+	}
+	// USER_HZ is 100 on every Linux the bench runs on.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// Stop sends SIGTERM, waits for a graceful exit and kills the process after 15s.
+func (p *Process) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// freeAddr returns a loopback address with a port nobody listens on right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("release port: %w", err)
+	}
+	return addr, nil
+}

@@ -1,0 +1,82 @@
+// Command bench runs hookkeeper's benchmarks (`make bench`) and prints one table with
+// the figures of DESIGN.md section 10. Suites run one after another in one process, so
+// the figures in one table come from the same machine state.
+//
+//	go run ./test/bench -hookkeeper bin/hookkeeper -suite receiver
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var (
+		suiteList   = flag.String("suite", "all", "comma-separated suites to run: "+fmt.Sprint(suiteNames())+" or all")
+		databaseURL = flag.String("database-url", defaultDatabaseURL(), "PostgreSQL URL of a role that may CREATE DATABASE")
+		binary      = flag.String("hookkeeper", "bin/hookkeeper", "path of the built hookkeeper binary")
+		concurrency = flag.Int("concurrency", 8, "requests (and pgbench clients) in flight at once")
+		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
+		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
+		dropNotify  = flag.Bool("drop-notify-trigger", false, "experiment: drop the outbox NOTIFY trigger to measure its cost")
+	)
+	flag.Parse()
+	logger := log.New(os.Stderr, "bench: ", log.Ltime)
+
+	chosen, err := selectSuites(*suiteList)
+	if err != nil {
+		logger.Fatal(err)
+	}
+	workDir, err := os.MkdirTemp("", "hookkeeper-bench-")
+	if err != nil {
+		logger.Fatal(err)
+	}
+	env := &Env{
+		AdminURL:          *databaseURL,
+		Hookkeeper:        *binary,
+		Concurrency:       *concurrency,
+		Phase:             *phase,
+		ReceiverArgs:      strings.Fields(*extraArgs),
+		DropNotifyTrigger: *dropNotify,
+		WorkDir:           workDir,
+		Log:               logger,
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var results []Result
+	failed := false
+	for _, s := range chosen {
+		logger.Printf("suite %s: starting", s.Name)
+		start := time.Now()
+		rows, err := s.Run(ctx, env)
+		results = append(results, Result{Suite: s.Name, Rows: rows, Err: err, Elapsed: time.Since(start)})
+		if err != nil {
+			failed = true
+			logger.Printf("suite %s: %v", s.Name, err)
+		}
+		logger.Printf("suite %s: done in %s", s.Name, time.Since(start).Round(time.Second))
+	}
+	fmt.Println()
+	printTable(os.Stdout, results)
+	if failed {
+		logger.Printf("logs of the processes are in %s", workDir)
+		os.Exit(1)
+	}
+	_ = os.RemoveAll(workDir)
+}
+
+func defaultDatabaseURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hookv1 "github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+func init() {
+	register(Suite{Name: "receiver", Order: 10, Run: runReceiverSuite})
+}
+
+const (
+	benchSchema   = "hookkeeper"
+	benchSecret   = "whsec_benchmarkbenchmarkbenchmark"
+	benchEndpoint = "bench/orders-payments"
+	// pgbenchOrders pending orders for pgbench to pick from at random: enough that
+	// most picks find a pending order during a phase.
+	pgbenchOrders = 400_000
+	warmup        = 3 * time.Second
+)
+
+// runReceiverSuite compares the receiver with pgbench running the seed's transaction
+// at the same concurrency on the same database, then measures latency at half of the
+// receiver's peak and the receiver's peak RSS.
+func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
+	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_receiver")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
+		return nil, fmt.Errorf("migrate bench database: %w", err)
+	}
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to bench database: %w", err)
+	}
+	defer func() { _ = db.Close(context.Background()) }()
+	if _, err := db.Exec(ctx, seedTables); err != nil {
+		return nil, fmt.Errorf("create seed tables: %w", err)
+	}
+	if env.DropNotifyTrigger {
+		// An experiment, not the product: shows what the commit-time NOTIFY costs.
+		if _, err := db.Exec(ctx, `DROP TRIGGER outbox_notify ON `+store.TablesIn(benchSchema).Outbox); err != nil {
+			return nil, fmt.Errorf("drop notify trigger: %w", err)
+		}
+	}
+	if err := addOrders(ctx, db, "pg-", 1, pgbenchOrders+1); err != nil {
+		return nil, err
+	}
+
+	// pgbench first, at the concurrency the receiver will get.
+	if err := settle(ctx, db); err != nil {
+		return nil, err
+	}
+	env.Log.Printf("receiver: pgbench, %d clients, %s", env.Concurrency, env.Phase)
+	pg, err := runPgbench(ctx, env, dbURL, env.Concurrency, pgbenchOrders, env.Phase)
+	if err != nil {
+		return nil, err
+	}
+	env.Log.Printf("receiver: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s", pg.Count, pg.TPS, ms(pg.P50), ms(pg.P99))
+
+	webhookAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := writeBenchManifest(env.WorkDir, env.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"receiver", "--endpoint", manifest, "--listen-address", webhookAddr,
+		"--admin-address", adminAddr, "--dispatcher=false"}, env.ReceiverArgs...)
+	proc, err := env.StartHookkeeper(ctx, adminAddr,
+		[]string{config.EnvDatabaseURL + "=" + dbURL, config.EnvSigningSecretPrefix + "0=" + benchSecret}, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer proc.Stop()
+
+	load := newStripeLoad("http://"+webhookAddr+"/", []byte(benchSecret))
+	attacker := func(maxWorkers int) *vegeta.Attacker {
+		return vegeta.NewAttacker(vegeta.Workers(uint64(env.Concurrency)), vegeta.MaxWorkers(uint64(maxWorkers)),
+			vegeta.Connections(maxWorkers), vegeta.KeepAlive(true), vegeta.Timeout(10*time.Second),
+			vegeta.Redirects(vegeta.NoFollow))
+	}
+	// closed runs exactly env.Concurrency requests in flight, as pgbench does.
+	closed := func(name string, d time.Duration, b *batch) (phaseResult, error) {
+		if err := addOrders(ctx, db, "rx-", b.idFrom, b.idTo); err != nil {
+			return phaseResult{}, err
+		}
+		if err := settle(ctx, db); err != nil {
+			return phaseResult{}, err
+		}
+		env.Log.Printf("receiver: %s, %d in flight, %s, %d requests ready", name, env.Concurrency, d, len(b.targets))
+		cpu0, _ := proc.CPUTime()
+		res := attack(attacker(env.Concurrency), b, vegeta.Rate{}, d, name)
+		cpu1, _ := proc.CPUTime()
+		res.cpu = cpu1 - cpu0
+		load.settle(b)
+		env.Log.Printf("receiver: %s: %s", name, res)
+		return res, nil
+	}
+
+	warm, err := closed("warm-up", warmup, load.make(20_000))
+	if err != nil {
+		return nil, err
+	}
+	// Size the peak batch from the warm-up rate, with room to spare.
+	peakBatch := int(warm.rate()*env.Phase.Seconds()*1.6) + 2_000
+	peak, err := closed("peak", env.Phase, load.make(peakBatch))
+	if err != nil {
+		return nil, err
+	}
+	if peak.exhausted {
+		return nil, fmt.Errorf("peak phase ran out of pre-signed requests after %d; raise the batch size", peak.requests)
+	}
+
+	// Open loop at half of the peak: the pacer sends on schedule whatever the latency,
+	// so queueing shows in the quantiles instead of slowing the sender.
+	halfRate := max(int(peak.acceptedPerSec()/2), 1)
+	hb := load.make(int(float64(halfRate)*env.Phase.Seconds()) + 100)
+	if err := addOrders(ctx, db, "rx-", hb.idFrom, hb.idTo); err != nil {
+		return nil, err
+	}
+	if err := settle(ctx, db); err != nil {
+		return nil, err
+	}
+	env.Log.Printf("receiver: half of peak, %d/s open loop, %s", halfRate, env.Phase)
+	half := attack(attacker(env.Concurrency*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
+	load.settle(hb)
+	env.Log.Printf("receiver: half: %s", half)
+
+	rss, err := proc.PeakRSS()
+	if err != nil {
+		return nil, err
+	}
+	stored, want, err := checkStored(ctx, db, load)
+	if err != nil {
+		return nil, err
+	}
+
+	ratio := peak.acceptedPerSec() / pg.TPS
+	c := strconv.Itoa(env.Concurrency)
+	rows := []Row{
+		{Measure: "pgbench seed transaction (tps)", Value: fmt.Sprintf("%.0f", pg.TPS),
+			Note: c + " clients, prepared, " + env.Phase.String()},
+		{Measure: "pgbench latency p50 / p99", Value: ms(pg.P50) + " / " + ms(pg.P99), Note: c + " clients"},
+		{Measure: "receiver accepted/s at peak", Value: fmt.Sprintf("%.0f", peak.acceptedPerSec()),
+			Note: c + " in flight, 2xx only; 85% new, 10% dup, 5% forged"},
+		{Measure: "receiver / pgbench ratio", Value: fmt.Sprintf("%.2f", ratio), Goal: ">= 1.00", Note: "same run, same database"},
+		{Measure: "receiver latency p50 / p99 at peak", Value: ms(peak.p50) + " / " + ms(peak.p99), Note: c + " in flight"},
+		{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
+			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s", halfRate, half.acceptedPerSec())},
+		{Measure: "receiver peak RSS", Value: fmt.Sprintf("%.1f MiB", float64(rss)/(1<<20)), Goal: "<= 64 MiB", Note: "VmHWM of the subprocess"},
+		{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
+			Goal: "equal", Note: "exactly once, across all phases"},
+	}
+	unexpected := warm.unexpected + peak.unexpected + half.unexpected
+	if unexpected != "" {
+		rows = append(rows, Row{Measure: "unexpected responses", Value: strings.TrimSpace(unexpected), Goal: "none"})
+	}
+	if stored != want {
+		return rows, fmt.Errorf("stored %d receipts for %d new events", stored, want)
+	}
+	return rows, nil
+}
+
+// phaseResult summarizes one attack.
+type phaseResult struct {
+	requests   int
+	accepted   int // 2xx
+	elapsed    time.Duration
+	p50, p99   time.Duration
+	exhausted  bool
+	unexpected string        // status codes other than 2xx and 401, with counts
+	cpu        time.Duration // receiver CPU time during the phase
+}
+
+func (p phaseResult) String() string {
+	return fmt.Sprintf("%d requests, %d accepted in %s (%.0f/s), p50 %s, p99 %s, receiver CPU %s per request %s",
+		p.requests, p.accepted, p.elapsed.Round(time.Millisecond), p.acceptedPerSec(), ms(p.p50), ms(p.p99),
+		ms(p.cpuPerRequest()), p.unexpected)
+}
+
+func (p phaseResult) cpuPerRequest() time.Duration {
+	if p.requests == 0 {
+		return 0
+	}
+	return p.cpu / time.Duration(p.requests)
+}
+
+func (p phaseResult) acceptedPerSec() float64 { return float64(p.accepted) / p.elapsed.Seconds() }
+func (p phaseResult) rate() float64           { return float64(p.requests) / p.elapsed.Seconds() }
+
+func attack(a *vegeta.Attacker, b *batch, rate vegeta.Rate, d time.Duration, name string) phaseResult {
+	var (
+		res        phaseResult
+		lat        = make([]time.Duration, 0, len(b.targets))
+		codes      = map[int]int{}
+		first      time.Time
+		last       time.Time
+		errSamples = map[string]bool{}
+	)
+	for r := range a.Attack(b.targeter(), rate, d, name) {
+		if r.Error == vegeta.ErrNoTargets.Error() {
+			res.exhausted = true
+			continue
+		}
+		res.requests++
+		if first.IsZero() || r.Timestamp.Before(first) {
+			first = r.Timestamp
+		}
+		if end := r.Timestamp.Add(r.Latency); end.After(last) {
+			last = end
+		}
+		lat = append(lat, r.Latency)
+		codes[int(r.Code)]++
+		if r.Code >= 200 && r.Code < 300 {
+			res.accepted++
+		}
+		if r.Code == 0 && r.Error != "" && len(errSamples) < 3 {
+			errSamples[r.Error] = true
+		}
+	}
+	res.elapsed = last.Sub(first)
+	res.p50, res.p99 = quantile(lat, 0.50), quantile(lat, 0.99)
+	for code, n := range codes {
+		if (code < 200 || code >= 300) && code != http.StatusUnauthorized {
+			res.unexpected += fmt.Sprintf("%s:%d×%d ", name, code, n)
+		}
+	}
+	for e := range errSamples {
+		res.unexpected += fmt.Sprintf("(%s) ", e)
+	}
+	return res
+}
+
+// checkStored counts the receipts of new events and the distinct new events sent.
+// Every new event was answered 2xx in a healthy run, and each must be stored once.
+func checkStored(ctx context.Context, db *pgx.Conn, load *stripeLoad) (int64, int64, error) {
+	var stored int64
+	err := db.QueryRow(ctx, `SELECT count(*) FROM `+store.TablesIn(benchSchema).Events+
+		` WHERE endpoint = $1 AND event_id LIKE 'evt\_bench\_%' AND event_id NOT LIKE 'evt\_bench\_forged\_%'`,
+		benchEndpoint).Scan(&stored)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count receipts: %w", err)
+	}
+	return stored, int64(load.delivered), nil
+}
+
+// addOrders inserts pending orders prefix<from>..prefix<to-1>.
+func addOrders(ctx context.Context, db *pgx.Conn, prefix string, from, to int) error {
+	if to <= from {
+		return nil
+	}
+	_, err := db.Exec(ctx, `INSERT INTO orders (tenant_id, client_txn_id, status, expected_amount_paise)
+		SELECT 'acme', $1 || n, 'payment_pending', $4 FROM generate_series($2::int, $3::int - 1) AS n`,
+		prefix, from, to, orderAmount)
+	if err != nil {
+		return fmt.Errorf("insert orders: %w", err)
+	}
+	return nil
+}
+
+// settle gives every phase the same starting point: fresh statistics and no
+// checkpoint pending from the previous phase's writes.
+func settle(ctx context.Context, db *pgx.Conn) error {
+	for _, stmt := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
+		if _, err := db.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", strings.ToLower(stmt), err)
+		}
+	}
+	return nil
+}
+
+// writeBenchManifest writes the endpoint of the seed document: Stripe, bound to the
+// app's orders table with its tenant, capture from payment_pending to paid when the
+// amount matches, emitting order.paid.
+func writeBenchManifest(dir string, conns int) (string, error) {
+	ns, name, _ := strings.Cut(benchEndpoint, "/")
+	ep := hookv1.WebhookEndpoint{
+		TypeMeta:   metav1.TypeMeta{APIVersion: hookv1.GroupVersion.String(), Kind: "WebhookEndpoint"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: hookv1.WebhookEndpointSpec{
+			Provider: hookv1.ProviderSpec{Type: hookv1.ProviderStripe},
+			SigningSecrets: []hookv1.SigningSecret{{SecretKeyRef: corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "stripe-webhook"}, Key: "current"}}},
+			Event: hookv1.EventSpec{
+				ID:         "body.id",
+				Type:       "body.type",
+				EntityKey:  "body.data.object.metadata.client_txn_id",
+				Amount:     "body.data.object.amount",
+				OccurredAt: "body.created",
+			},
+			Database: hookv1.DatabaseSpec{
+				URLSecretRef: corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "shop-db-app"}, Key: "uri"},
+				Schema:         benchSchema,
+				MaxConnections: int32(max(conns, 2)),
+			},
+			Entity: hookv1.EntitySpec{
+				Table: &hookv1.EntityTableSpec{
+					Schema: "public", Name: "orders", KeyColumn: "client_txn_id", StateColumn: "status",
+					AmountColumn: "expected_amount_paise",
+					Tenant:       &hookv1.TenantSpec{Column: "tenant_id", Value: "acme"},
+				},
+				OnUnmatched: hookv1.UnmatchedRecord,
+			},
+			StateMachine: hookv1.StateMachineSpec{
+				Initial: "payment_pending",
+				States:  []string{"payment_pending", "paid", "failed", "refunded"},
+				Transitions: []hookv1.Transition{{
+					Name: "capture", On: []string{"payment_intent.succeeded"},
+					From: []string{"payment_pending"}, To: "paid",
+					Guard: "event.amount == entity.amount", Emit: "order.paid",
+				}},
+			},
+			Delivery: hookv1.DeliverySpec{Sink: hookv1.SinkSpec{URL: "http://127.0.0.1:1/unused"}},
+			Receiver: hookv1.ReceiverSpec{Path: "/", MaxBodyBytes: 1 << 20},
+		},
+	}
+	data, err := json.MarshalIndent(ep, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode bench manifest: %w", err)
+	}
+	path := filepath.Join(dir, "endpoint.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("write bench manifest: %w", err)
+	}
+	return path, nil
+}
+
+// quantile sorts lat and returns its q-quantile (nearest rank).
+func quantile(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	i := int(q*float64(len(lat))+0.5) - 1
+	return lat[min(max(i, 0), len(lat)-1)]
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+}
