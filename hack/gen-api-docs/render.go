@@ -232,7 +232,7 @@ func constraints(s *Schema, inTable bool) []string {
 	case "map":
 		out = append(out, "Items are unique by "+codeList(s.ListMapKeys)+".")
 	}
-	if inTable && !(s.Type == "object" && len(s.Properties) > 0) {
+	if inTable && (s.Type != "object" || len(s.Properties) == 0) {
 		for _, v := range s.Validations {
 			msg := v.Message
 			if msg == "" {
