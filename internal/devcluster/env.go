@@ -1,0 +1,224 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// envResolver computes a container's environment the way the kubelet does: envFrom
+// first, then env in order, with $(VAR) references expanded against what came before.
+type envResolver struct {
+	client kubernetes.Interface
+	log    logr.Logger
+}
+
+// resolve returns the container's environment as ordered NAME=value pairs and the
+// container's args with $(VAR) references expanded. podIP is the address the Pod will
+// report; fieldRefs to status.podIP resolve to it.
+func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Container, podIP, hostIP string) (env, args []string, err error) {
+	values := map[string]string{}
+	var order []string
+	set := func(name, value string) {
+		if _, seen := values[name]; !seen {
+			order = append(order, name)
+		}
+		values[name] = value
+	}
+
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			cm, err := r.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && isOptional(from.ConfigMapRef.Optional) {
+					continue
+				}
+				return nil, nil, fmt.Errorf("envFrom configMap %q: %w", from.ConfigMapRef.Name, err)
+			}
+			for k, v := range cm.Data {
+				set(from.Prefix+k, v)
+			}
+		case from.SecretRef != nil:
+			s, err := r.client.CoreV1().Secrets(pod.Namespace).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+			if err != nil {
+				if apierrors.IsNotFound(err) && isOptional(from.SecretRef.Optional) {
+					continue
+				}
+				return nil, nil, fmt.Errorf("envFrom secret %q: %w", from.SecretRef.Name, err)
+			}
+			for k, v := range s.Data {
+				set(from.Prefix+k, string(v))
+			}
+		}
+	}
+
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			set(e.Name, expandVars(e.Value, values))
+			continue
+		}
+		value, ok, err := r.valueFrom(ctx, pod, e, podIP, hostIP)
+		if err != nil {
+			return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		if ok {
+			set(e.Name, value)
+		}
+	}
+
+	env = make([]string, 0, len(order))
+	for _, name := range order {
+		env = append(env, name+"="+values[name])
+	}
+	for _, a := range c.Args {
+		args = append(args, expandVars(a, values))
+	}
+	return env, args, nil
+}
+
+// valueFrom resolves one env source; ok is false when an optional source is absent or
+// the source is not supported here.
+func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, e corev1.EnvVar, podIP, hostIP string) (string, bool, error) {
+	src := e.ValueFrom
+	switch {
+	case src.SecretKeyRef != nil:
+		ref := src.SecretKeyRef
+		s, err := r.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) && isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("secret %q: %w", ref.Name, err)
+		}
+		v, found := s.Data[ref.Key]
+		if !found {
+			if isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("secret %q has no key %q", ref.Name, ref.Key)
+		}
+		return string(v), true, nil
+	case src.ConfigMapKeyRef != nil:
+		ref := src.ConfigMapKeyRef
+		cm, err := r.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) && isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("configMap %q: %w", ref.Name, err)
+		}
+		v, found := cm.Data[ref.Key]
+		if !found {
+			if bv, inBinary := cm.BinaryData[ref.Key]; inBinary {
+				return string(bv), true, nil
+			}
+			if isOptional(ref.Optional) {
+				return "", false, nil
+			}
+			return "", false, fmt.Errorf("configMap %q has no key %q", ref.Name, ref.Key)
+		}
+		return v, true, nil
+	case src.FieldRef != nil:
+		v, err := podField(pod, src.FieldRef.FieldPath, podIP, hostIP)
+		if err != nil {
+			return "", false, err
+		}
+		return v, true, nil
+	case src.ResourceFieldRef != nil:
+		r.log.Info("resourceFieldRef is not supported by the dev node agent; the variable is left unset",
+			"pod", pod.Namespace+"/"+pod.Name, "env", e.Name, "resource", src.ResourceFieldRef.Resource)
+		return "", false, nil
+	default:
+		r.log.Info("unsupported env source; the variable is left unset", "pod", pod.Namespace+"/"+pod.Name, "env", e.Name)
+		return "", false, nil
+	}
+}
+
+// podField implements the downward API's fieldRef paths.
+func podField(pod *corev1.Pod, path, podIP, hostIP string) (string, error) {
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.podIPs":
+		return podIP, nil
+	case "status.hostIP", "status.hostIPs":
+		return hostIP, nil
+	}
+	for prefix, m := range map[string]map[string]string{
+		"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations,
+	} {
+		if path == prefix {
+			return formatMap(m), nil
+		}
+		if key, ok := strings.CutPrefix(path, prefix+"['"); ok {
+			if key, ok = strings.CutSuffix(key, "']"); ok {
+				return m[key], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("unsupported fieldRef %q", path)
+}
+
+// formatMap renders labels or annotations like the downward API volume does.
+func formatMap(m map[string]string) string {
+	lines := make([]string, 0, len(m))
+	for k, v := range m {
+		lines = append(lines, fmt.Sprintf("%s=%q", k, v))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func isOptional(b *bool) bool { return b != nil && *b }
+
+// expandVars replaces $(NAME) with the value of NAME when it is defined and leaves it
+// as written otherwise; $$ escapes a dollar sign. These are the kubelet's rules.
+func expandVars(s string, values map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := values[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}

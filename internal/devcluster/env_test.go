@@ -1,0 +1,97 @@
+package devcluster
+
+import (
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestExpandVars(t *testing.T) {
+	values := map[string]string{"A": "1", "B": "two"}
+	for in, want := range map[string]string{
+		"plain":         "plain",
+		"$(A)":          "1",
+		"x$(A)y$(B)z":   "x1ytwoz",
+		"$(MISSING)":    "$(MISSING)",
+		"$$(A)":         "$(A)",
+		"$$":            "$",
+		"$(A":           "$(A",
+		"cost $5":       "cost $5",
+		"trailing $":    "trailing $",
+		"$(A)$(A)$$(B)": "11$(B)",
+	} {
+		if got := expandVars(in, values); got != want {
+			t.Errorf("expandVars(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestPodField(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", UID: "u-1",
+			Labels:      map[string]string{"app": "web", "tier": "a"},
+			Annotations: map[string]string{"note": "x"},
+		},
+		Spec: corev1.PodSpec{NodeName: "local", ServiceAccountName: "sa"},
+	}
+	for path, want := range map[string]string{
+		"metadata.name":                "p",
+		"metadata.namespace":           "ns",
+		"metadata.uid":                 "u-1",
+		"spec.nodeName":                "local",
+		"spec.serviceAccountName":      "sa",
+		"status.podIP":                 "127.0.0.9",
+		"status.hostIP":                "127.0.0.1",
+		"metadata.labels['app']":       "web",
+		"metadata.annotations['note']": "x",
+		"metadata.labels":              "app=\"web\"\ntier=\"a\"",
+	} {
+		got, err := podField(pod, path, "127.0.0.9", "127.0.0.1")
+		if err != nil || got != want {
+			t.Errorf("podField(%q) = %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if _, err := podField(pod, "spec.unknown", "", ""); err == nil {
+		t.Error("podField accepted an unsupported path")
+	}
+}
+
+func TestIPPool(t *testing.T) {
+	p := newIPPool()
+	a, err := p.reserve(netipAddr(""))
+	if err != nil || a.String() != "127.0.0.2" {
+		t.Fatalf("first reserve = %v, %v", a, err)
+	}
+	b, _ := p.reserve(netipAddr("127.0.0.2"))
+	if b == a {
+		t.Fatalf("reserved %s twice", a)
+	}
+	if err := p.release(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.release(a); err == nil {
+		t.Fatal("double release accepted")
+	}
+	seen := map[string]bool{b.String(): true}
+	for range 252 {
+		x, err := p.reserve(netipAddr(""))
+		if err != nil {
+			t.Fatalf("reserve: %v", err)
+		}
+		if seen[x.String()] {
+			t.Fatalf("%s handed out twice", x)
+		}
+		seen[x.String()] = true
+	}
+	if _, err := p.reserve(netipAddr("")); err == nil {
+		t.Fatal("pool handed out more than 253 addresses")
+	}
+}
+
+func netipAddr(s string) netip.Addr {
+	a, _ := netip.ParseAddr(s)
+	return a
+}
