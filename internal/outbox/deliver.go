@@ -1,0 +1,191 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// Envelope is the JSON body of every delivery. ID is the row's dedupe key, stable
+// across attempts, and equals the Idempotency-Key and webhook-id headers.
+type Envelope struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	Endpoint      string          `json:"endpoint"`
+	EntityKey     string          `json:"entityKey"`
+	SourceEventID string          `json:"sourceEventId"`
+	OccurredAt    *time.Time      `json:"occurredAt,omitempty"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	Data          json.RawMessage `json:"data"`
+}
+
+// Headers of a delivery.
+const (
+	HeaderIdempotencyKey   = "Idempotency-Key"
+	HeaderWebhookID        = "webhook-id"
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	HeaderWebhookSignature = "webhook-signature"
+)
+
+// maxDrain is how much of a response body is read so the connection can be reused.
+const maxDrain = 64 << 10
+
+// maxErrorLen caps last_error.
+const maxErrorLen = 200
+
+// attempt is the outcome of one POST, before backoff is applied.
+type attempt struct {
+	// sent is false when the request never left (it could not be built).
+	sent   bool
+	status int
+	// retryAfter is the sink's Retry-After, zero when absent.
+	retryAfter time.Duration
+	err        error
+}
+
+func (d *Dispatcher) newHTTPClient() *http.Client {
+	if d.opts.HTTPClient != nil {
+		return d.opts.HTTPClient
+	}
+	transport := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        d.opts.Concurrency,
+		MaxIdleConnsPerHost: d.opts.Concurrency,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 5 * time.Second,
+	}
+	return &http.Client{
+		Transport: transport,
+		// A redirect would re-send a signed event somewhere the spec does not name; a 3xx
+		// is a failed attempt.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// envelope renders the delivery body of r.
+func (d *Dispatcher) envelope(r row) ([]byte, error) {
+	data := r.Payload
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	var occurred *time.Time
+	if r.OccurredAt != nil {
+		t := r.OccurredAt.UTC()
+		occurred = &t
+	}
+	body, err := json.Marshal(Envelope{
+		ID:            r.DedupeKey,
+		Type:          r.EventType,
+		Endpoint:      d.opts.Endpoint,
+		EntityKey:     r.EntityKey,
+		SourceEventID: r.SourceEventID,
+		OccurredAt:    occurred,
+		CreatedAt:     r.CreatedAt.UTC(),
+		Data:          data,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("render envelope of outbox row %d: %w", r.ID, err)
+	}
+	return body, nil
+}
+
+// post sends r once to the sink within the attempt timeout.
+func (d *Dispatcher) post(ctx context.Context, r row) attempt {
+	body, err := d.envelope(r)
+	if err != nil {
+		return attempt{err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
+	defer cancel()
+	// The sink URL comes from the WebhookEndpoint spec (the platform team's), never from a
+	// webhook request.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.opts.SinkURL, bytes.NewReader(body)) //nolint:gosec // G704: see above
+
+	if err != nil {
+		return attempt{err: errors.New("build request for the sink URL")}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "hookkeeper-dispatcher")
+	req.Header.Set(HeaderIdempotencyKey, r.DedupeKey)
+	if d.signingKey != nil {
+		ts := d.opts.Clock()
+		// Set directly: Standard Webhooks names its headers in lower case.
+		req.Header[HeaderWebhookID] = []string{r.DedupeKey}
+		req.Header[HeaderWebhookTimestamp] = []string{strconv.FormatInt(ts.Unix(), 10)}
+		req.Header[HeaderWebhookSignature] = []string{signature.SignStandardWebhooks(d.signingKey, r.DedupeKey, ts, body)}
+	}
+	resp, err := d.client.Do(req) //nolint:gosec // G704: the sink URL is configuration
+
+	if err != nil {
+		return attempt{sent: true, err: err}
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	_ = resp.Body.Close()
+	return attempt{sent: true, status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), d.opts.Clock())}
+}
+
+// describe turns a failed attempt into last_error: the status or the kind of transport
+// error, never the URL (it may carry credentials) or the body.
+func (d *Dispatcher) describe(a attempt) string {
+	if a.err == nil {
+		return "sink answered " + strconv.Itoa(a.status)
+	}
+	err := a.err
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer within " + d.opts.Timeout.String()
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	msg := err.Error()
+	if len(msg) > maxErrorLen {
+		msg = msg[:maxErrorLen]
+	}
+	return msg
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date; zero when absent or invalid.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// backoff is the full-jitter delay after failed attempt n (1-based): uniform in
+// [0, min(max, initial*2^(n-1))], and at least the sink's Retry-After (capped by max).
+func (d *Dispatcher) backoff(n int, retryAfter time.Duration) time.Duration {
+	ceiling := d.opts.BackoffMax
+	if n-1 < 62 {
+		if step := d.opts.BackoffInitial << (n - 1); step > 0 && step < ceiling && step>>(n-1) == d.opts.BackoffInitial {
+			ceiling = step
+		}
+	}
+	delay := time.Duration(d.opts.Random() * float64(ceiling))
+	return min(max(delay, retryAfter), d.opts.BackoffMax)
+}

@@ -1,0 +1,298 @@
+// Package outbox delivers outbox rows to the endpoint's sink: it claims due rows with
+// FOR UPDATE SKIP LOCKED under a lease, POSTs each outside any transaction with a stable
+// Idempotency-Key (and Standard Webhooks signature when configured), records the result
+// fenced on the claimed attempt, retries with full-jitter backoff and dead-letters after
+// maxAttempts. It also re-drives dead letters and stored receipts (replay).
+//
+// Delivery is at least once: a crash anywhere leaves the row claimable again once its
+// lease ends, and every repeat carries the same key.
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// maxRecordBatch caps the results written by one statement.
+const maxRecordBatch = 512
+
+// Dispatcher delivers one endpoint's outbox rows.
+type Dispatcher struct {
+	pool       *pgxpool.Pool
+	opts       Options
+	q          queries
+	client     *http.Client
+	signingKey []byte
+
+	// wake is signalled (never blocking) by NOTIFY, by recorded results and at start.
+	wake chan struct{}
+}
+
+// NewDispatcher returns a dispatcher for opts (zero knobs take their defaults). Options
+// are checked by Run.
+func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
+	opts = opts.withDefaults()
+	d := &Dispatcher{
+		pool: pool,
+		opts: opts,
+		q:    newQueries(opts.Tables.Outbox, opts.Ordering),
+		wake: make(chan struct{}, 1),
+	}
+	d.client = d.newHTTPClient()
+	return d
+}
+
+// Run delivers until ctx ends, then stops claiming, waits up to ShutdownGrace for the
+// deliveries in flight, releases the leases of rows it did not finish and returns nil.
+// It returns an error only for unusable options.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if err := d.opts.validate(); err != nil {
+		return err
+	}
+	if d.opts.SigningKey != "" {
+		key, err := signature.DecodeWhsec(d.opts.SigningKey)
+		if err != nil {
+			return fmt.Errorf("delivery signing key: %w", err)
+		}
+		d.signingKey = key
+	}
+	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
+	log.Info("dispatcher started", "ordering", d.opts.Ordering, "concurrency", d.opts.Concurrency)
+
+	// Side loops end with ctx.
+	var side sync.WaitGroup
+	side.Go(func() { d.listen(ctx) })
+	side.Go(func() { d.refreshGauges(ctx) })
+
+	// Deliveries outlive ctx by the shutdown grace, then hard cuts them off. Recording
+	// outlives them by another grace, so abandoned rows get their leases released.
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHard()
+	recordCtx, stopRecording := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRecording()
+
+	results := make(chan result, d.opts.Concurrency)
+	freed := make(chan int, d.opts.Concurrency)
+	recorderDone := make(chan struct{})
+	go func() {
+		defer close(recorderDone)
+		d.recordLoop(recordCtx, results, freed)
+	}()
+
+	var workers sync.WaitGroup
+	d.claimLoop(ctx, hard, results, freed, &workers)
+
+	// Shutdown: no more claims. Wait for the deliveries in flight, then cut them off.
+	drained := make(chan struct{})
+	go func() { workers.Wait(); close(drained) }()
+	grace := time.NewTimer(d.opts.ShutdownGrace)
+	select {
+	case <-drained:
+	case <-grace.C:
+		log.Info("shutdown grace over: abandoning deliveries in flight", "grace", d.opts.ShutdownGrace)
+		stopHard()
+		<-drained
+	}
+	grace.Stop()
+	close(results)
+	// The recorder flushes what it has; after the grace it gets a short last chance.
+	finalTimer := time.AfterFunc(max(d.opts.ShutdownGrace, 5*time.Second), stopRecording)
+	<-recorderDone
+	finalTimer.Stop()
+	side.Wait()
+	log.Info("dispatcher stopped")
+	return nil
+}
+
+// claimLoop claims rows into free delivery slots until ctx ends. It claims when woken
+// (NOTIFY, recorded results, a full batch) or when the poll interval passes.
+func (d *Dispatcher) claimLoop(ctx, hard context.Context, results chan<- result, freed <-chan int, workers *sync.WaitGroup) {
+	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
+	inFlight := 0
+	due := true // claim at start: rows may have been waiting
+	poll := time.NewTimer(d.opts.PollInterval)
+	defer poll.Stop()
+	failures := 0
+	for {
+		if due && inFlight < d.opts.Concurrency && ctx.Err() == nil {
+			limit := min(d.opts.Concurrency-inFlight, d.opts.BatchSize)
+			rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				failures++
+				if failures == 1 || failures%60 == 0 {
+					log.Error(err, "claim failed; retrying at the poll interval", "failures", failures)
+				}
+				due = false
+			default:
+				failures = 0
+				for _, r := range rows {
+					inFlight++
+					workers.Go(func() { results <- d.deliver(ctx, hard, r) })
+				}
+				// A full batch means more may be due right away.
+				due = len(rows) == limit
+			}
+			if !due {
+				resetTimer(poll, d.opts.PollInterval)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-freed:
+			inFlight -= n
+			due = true
+		case <-d.wake:
+			due = true
+		case <-poll.C:
+			due = true
+		}
+	}
+}
+
+// deliver makes one attempt at r and decides what becomes of it. stop is the run
+// context (ended at shutdown), hard the one that cuts requests off after the grace.
+func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
+	res := result{ID: r.ID, Attempt: r.Attempt}
+	if stop.Err() != nil {
+		res.Outcome, res.Done = outcomeUnsent, time.Now()
+		return res
+	}
+	a := d.post(hard, r)
+	res.Done = time.Now()
+	switch {
+	case a.err == nil && a.status >= 200 && a.status < 300:
+		res.Outcome = outcomeDelivered
+	case hard.Err() != nil && a.sent:
+		res.Outcome = outcomeAbandoned
+	case hard.Err() != nil:
+		res.Outcome = outcomeUnsent
+	case a.err == nil && a.status == http.StatusGone:
+		// The sink says this will never be accepted: retrying cannot help.
+		res.Outcome, res.Error = outcomeDead, d.describe(a)
+	case r.Attempt >= d.opts.MaxAttempts:
+		res.Outcome, res.Error = outcomeDead, d.describe(a)
+	default:
+		res.Outcome, res.Error = outcomeRetry, d.describe(a)
+		res.Delay = d.backoff(r.Attempt, a.retryAfter)
+	}
+	return res
+}
+
+// recordLoop writes results in batches (whatever arrived while the previous write ran)
+// and frees their slots. On a database error it keeps the batch and retries: the rows
+// stay leased meanwhile, and the fence discards a result whose lease another
+// dispatcher took over.
+func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan result, freed chan<- int) {
+	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
+	var batch []result
+	retry := time.Duration(0)
+	for {
+		if len(batch) == 0 {
+			r, ok := <-results
+			if !ok {
+				return
+			}
+			batch = append(batch, r)
+		}
+	drain:
+		for len(batch) < maxRecordBatch {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		recordedRows, err := d.q.recordResults(ctx, d.pool, d.opts.Endpoint, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("shutdown: results not recorded; their rows are re-delivered after the lease", "rows", len(batch), "error", err.Error())
+				freed <- len(batch)
+				// Anything still queued is lost the same way; keep draining so workers finish.
+				n := 0
+				for range results {
+					n++
+				}
+				if n > 0 {
+					freed <- n
+				}
+				return
+			}
+			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
+			log.Error(err, "recording delivery results failed; retrying", "rows", len(batch), "in", retry)
+			select {
+			case <-time.After(retry):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		retry = 0
+		d.observe(batch, recordedRows)
+		for _, r := range batch {
+			// A retry due before the next poll would otherwise wait for it.
+			if r.Outcome == outcomeRetry && r.Delay < d.opts.PollInterval {
+				time.AfterFunc(r.Delay, d.signal)
+			}
+		}
+		freed <- len(batch)
+		batch = batch[:0]
+	}
+}
+
+// observe updates the delivery metrics for a recorded batch.
+func (d *Dispatcher) observe(batch []result, accepted []recorded) {
+	ep := d.opts.Endpoint
+	age := make(map[int64]float64, len(accepted))
+	for _, r := range accepted {
+		age[r.ID] = r.AgeSeconds
+	}
+	for _, r := range batch {
+		switch r.Outcome {
+		case outcomeDelivered, outcomeRetry, outcomeDead:
+			metrics.Deliveries.WithLabelValues(ep, string(r.Outcome)).Inc()
+		default:
+			continue
+		}
+		a, ok := age[r.ID]
+		if !ok || r.Outcome == outcomeRetry {
+			continue
+		}
+		metrics.DeliveryAttempts.WithLabelValues(ep).Observe(float64(r.Attempt))
+		if r.Outcome == outcomeDelivered {
+			// The age at record time less the local wait between the 2xx and the record.
+			metrics.CommitToDelivery.WithLabelValues(ep).Observe(max(0, a-time.Since(r.Done).Seconds()))
+		}
+	}
+}
+
+// signal wakes the claim loop without blocking.
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}

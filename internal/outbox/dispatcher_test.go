@@ -1,0 +1,575 @@
+package outbox
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+// Three dispatchers race over 1,000 rows of 50 entities: every row arrives, exactly
+// once (no lease expires here), in order per entity, never two of one entity at once.
+func TestRacingDispatchersDeliverOncePerEntityInOrder(t *testing.T) {
+	db := newTestDB(t)
+	const entities, perEntity = 50, 20
+	var rows []outboxRow
+	for seq := range perEntity {
+		for e := range entities {
+			rows = append(rows, outboxRow{Entity: fmt.Sprintf("ent%02d", e), Seq: seq})
+		}
+	}
+	db.insert(t, rows...)
+	// A little random latency so that, without the ordering rule, rows of one entity
+	// would overtake each other.
+	s := newSink(t, func(a arrival, _ int) int {
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		return http.StatusOK
+	})
+	for range 3 {
+		opts := db.options(t, s.srv.URL)
+		// More slots than entities, so the claim query alone must keep an entity's
+		// rows apart.
+		opts.Concurrency = 32
+		start(t, db.pool, opts)
+	}
+	eventually(t, 60*time.Second, "all rows delivered", func() bool {
+		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
+	})
+
+	got := map[string][]int{}
+	keys := map[string]int{}
+	for _, a := range s.snapshot() {
+		got[a.Entity] = append(got[a.Entity], a.Seq)
+		keys[a.Key]++
+	}
+	for _, r := range rows {
+		if keys[r.key()] != 1 {
+			t.Errorf("row %s arrived %d times, want 1", r.key(), keys[r.key()])
+		}
+	}
+	for e, seqs := range got {
+		for i, seq := range seqs {
+			if seq != i {
+				t.Errorf("entity %s arrived in order %v, want 0..%d", e, seqs, perEntity-1)
+				break
+			}
+		}
+	}
+	if len(got) != entities {
+		t.Errorf("deliveries for %d entities, want %d", len(got), entities)
+	}
+	if len(s.overlap) > 0 {
+		t.Errorf("entities with two deliveries in flight at once: %v", s.overlap)
+	}
+	if n := db.count(t, "attempts <> 1 OR lease_until IS NOT NULL"); n != 0 {
+		t.Errorf("%d rows with attempts != 1 or a lease left behind", n)
+	}
+}
+
+// The body is the envelope; the headers carry the Idempotency-Key and a Standard
+// Webhooks signature the sink can verify with the shared key.
+func TestDeliveryEnvelopeAndSignature(t *testing.T) {
+	db := newTestDB(t)
+	rawKey := []byte("0123456789abcdef0123456789abcdef")
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString(rawKey)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 7})
+	s := newSink(t, nil)
+	opts := db.options(t, s.srv.URL)
+	opts.SigningKey = whsec
+	start(t, db.pool, opts)
+	eventually(t, 10*time.Second, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
+
+	a := s.snapshot()[0]
+	want := outboxRow{Entity: "ord_1", Seq: 7}.key()
+	if a.Key != want || a.Header.Get(HeaderWebhookID) != want {
+		t.Errorf("Idempotency-Key %q, webhook-id %q, want %q", a.Key, a.Header.Get(HeaderWebhookID), want)
+	}
+	if ct := a.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	env := a.Envelope
+	if env.ID != want || env.Type != "order.paid" || env.Endpoint != testEndpoint || env.EntityKey != "ord_1" ||
+		env.SourceEventID != want || env.OccurredAt == nil || !env.OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) ||
+		env.CreatedAt.IsZero() || a.Seq != 7 {
+		t.Errorf("envelope %+v", env)
+	}
+	ts := a.Header.Get(HeaderWebhookTimestamp)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || time.Since(time.Unix(sec, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp %q", ts)
+	}
+	mac := hmac.New(sha256.New, rawKey)
+	fmt.Fprintf(mac, "%s.%s.%s", want, ts, a.Body)
+	wantSig := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	if got := a.Header.Get(HeaderWebhookSignature); !hmac.Equal([]byte(got), []byte(wantSig)) {
+		t.Errorf("webhook-signature %q, want %q", got, wantSig)
+	}
+	if st := db.state(t, ids[0]); !st.Delivered || st.Attempts != 1 || st.Leased {
+		t.Errorf("row after delivery: %+v", st)
+	}
+}
+
+// A sink that fails three times then succeeds gets exactly four attempts; with the
+// jitter pinned to its ceiling the gaps grow strictly (about 50, 100, 200 ms).
+func TestRetryBackoffGrows(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		random func() float64
+	}{
+		{"ceiling", func() float64 { return 0.999 }},
+		{"random", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newTestDB(t)
+			ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
+			s := newSink(t, func(_ arrival, n int) int {
+				if n <= 3 {
+					return http.StatusServiceUnavailable
+				}
+				return http.StatusOK
+			})
+			opts := db.options(t, s.srv.URL)
+			opts.BackoffInitial, opts.BackoffMax = 50*time.Millisecond, 150*time.Millisecond
+			opts.MaxAttempts = 10
+			opts.PollInterval = 5 * time.Second // retries must wake the loop themselves
+			opts.Random = tc.random
+			start(t, db.pool, opts)
+			eventually(t, 10*time.Second, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
+
+			arr := s.snapshot()
+			if len(arr) != 4 {
+				t.Fatalf("%d attempts, want 4", len(arr))
+			}
+			ceilings := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}
+			var gaps []time.Duration
+			for i := 1; i < len(arr); i++ {
+				gap := arr[i].At.Sub(arr[i-1].At)
+				gaps = append(gaps, gap)
+				// The gap is the delay plus recording and claiming; the delay never exceeds
+				// the ceiling of its attempt.
+				if gap > ceilings[i-1]+time.Second {
+					t.Errorf("gap %d = %s, more than ceiling %s (+1s slack)", i, gap, ceilings[i-1])
+				}
+				if arr[i].Key != arr[0].Key {
+					t.Errorf("attempt %d key %q, want %q", i+1, arr[i].Key, arr[0].Key)
+				}
+			}
+			if tc.random != nil {
+				for i, g := range gaps {
+					if g < ceilings[i]*99/100 {
+						t.Errorf("gap %d = %s, below the pinned delay %s", i+1, g, ceilings[i])
+					}
+					if i > 0 && g <= gaps[i-1] {
+						t.Errorf("gaps %v do not grow", gaps)
+					}
+				}
+			}
+			if st := db.state(t, ids[0]); st.Attempts != 4 || st.LastError != "sink answered 503" {
+				t.Errorf("row: %+v", st)
+			}
+		})
+	}
+}
+
+// An always-failing sink dead-letters the row after maxAttempts; a dry-run replay changes
+// nothing; a replay re-drives it with the same key once the sink recovers; a second
+// replay is a no-op.
+func TestDeadLetterAndReplay(t *testing.T) {
+	db := newTestDB(t)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0}, outboxRow{Entity: "ord_2", Seq: 0})
+	var mu sync.Mutex
+	healthy := false
+	s := newSink(t, func(a arrival, _ int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case healthy:
+			return http.StatusOK
+		case a.Entity == "ord_2":
+			return http.StatusGone
+		default:
+			return http.StatusInternalServerError
+		}
+	})
+	opts := db.options(t, s.srv.URL)
+	opts.MaxAttempts = 3
+	d, _ := start(t, db.pool, opts)
+	eventually(t, 10*time.Second, "dead letters", func() bool { return db.count(t, "dead_at IS NOT NULL") == 2 })
+
+	if st := db.state(t, ids[0]); st.Attempts != 3 || st.LastError != "sink answered 500" || st.Delivered || st.Leased {
+		t.Errorf("dead row after maxAttempts: %+v", st)
+	}
+	if st := db.state(t, ids[1]); st.Attempts != 1 || st.LastError != "sink answered 410" {
+		t.Errorf("row answered 410: %+v, want dead after 1 attempt", st)
+	}
+	if n := s.count(); n != 4 {
+		t.Errorf("sink saw %d requests, want 3 + 1", n)
+	}
+	eventually(t, 5*time.Second, "backlog gauge", func() bool {
+		b, err := d.Backlog(context.Background())
+		return err == nil && b.Dead == 2 && b.Pending == 0
+	})
+
+	ctx := context.Background()
+	sel := Selection{Endpoint: testEndpoint}
+	var listed []ReplayItem
+	before := db.state(t, ids[0])
+	rep, err := RedriveDeadLetters(ctx, db.pool, db.tables, sel, ReplayOptions{DryRun: true, Each: func(it ReplayItem) { listed = append(listed, it) }})
+	if err != nil {
+		t.Fatalf("dry run: %v", err)
+	}
+	if rep.Selected != 2 || rep.Replayed != 0 || len(listed) != 2 || listed[0].Key != (outboxRow{Entity: "ord_1"}).key() {
+		t.Errorf("dry run report %+v, listed %+v", rep, listed)
+	}
+	if after := db.state(t, ids[0]); after != before {
+		t.Errorf("dry run changed the row: %+v -> %+v", before, after)
+	}
+
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	var progress []string
+	rep, err = RedriveDeadLetters(ctx, db.pool, db.tables, Selection{Endpoint: testEndpoint, IDs: []int64{ids[0]}},
+		ReplayOptions{Progress: func(done, total int) { progress = append(progress, fmt.Sprintf("%d/%d", done, total)) }})
+	if err != nil || rep.Selected != 1 || rep.Replayed != 1 {
+		t.Fatalf("replay by id: %+v, %v", rep, err)
+	}
+	if strings.Join(progress, ",") != "1/1" {
+		t.Errorf("progress %v", progress)
+	}
+	eventually(t, 10*time.Second, "re-driven row delivered", func() bool { return db.state(t, ids[0]).Delivered })
+	if st := db.state(t, ids[1]); !st.Dead {
+		t.Errorf("row outside the selection was re-driven: %+v", st)
+	}
+	arr := s.snapshot()
+	if last := arr[len(arr)-1]; last.Key != (outboxRow{Entity: "ord_1"}).key() {
+		t.Errorf("re-delivery key %q", last.Key)
+	}
+
+	// The rest by time range, then again: nothing left.
+	rep, err = RedriveDeadLetters(ctx, db.pool, db.tables, Selection{Endpoint: testEndpoint, Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Minute)}, ReplayOptions{})
+	if err != nil || rep.Replayed != 1 {
+		t.Fatalf("replay by time: %+v, %v", rep, err)
+	}
+	eventually(t, 10*time.Second, "second row delivered", func() bool { return db.state(t, ids[1]).Delivered })
+	n := s.count()
+	rep, err = RedriveDeadLetters(ctx, db.pool, db.tables, sel, ReplayOptions{})
+	if err != nil || rep.Selected != 0 || rep.Replayed != 0 {
+		t.Errorf("second replay: %+v, %v; want a no-op", rep, err)
+	}
+	if s.count() != n {
+		t.Errorf("second replay caused deliveries")
+	}
+}
+
+// An entity whose delivery stalls holds back only its own later rows.
+func TestSlowEntityDoesNotBlockOthers(t *testing.T) {
+	db := newTestDB(t)
+	ids := db.insert(t,
+		outboxRow{Entity: "A", Seq: 0}, outboxRow{Entity: "A", Seq: 1},
+		outboxRow{Entity: "B", Seq: 0}, outboxRow{Entity: "B", Seq: 1}, outboxRow{Entity: "B", Seq: 2},
+		outboxRow{Entity: "C", Seq: 0})
+	unstall := make(chan struct{})
+	var s *sink
+	s = newSink(t, func(a arrival, _ int) int {
+		if a.Entity == "A" {
+			s.block(unstall)
+		}
+		return http.StatusOK
+	})
+	start(t, db.pool, db.options(t, s.srv.URL))
+	eventually(t, 10*time.Second, "B and C delivered while A stalls", func() bool {
+		return db.count(t, "entity_key IN ('B', 'C') AND delivered_at IS NOT NULL") == 4
+	})
+	if st := db.state(t, ids[1]); st.Attempts != 0 {
+		t.Errorf("A's second row was claimed while its first was in flight: %+v", st)
+	}
+	close(unstall)
+	eventually(t, 10*time.Second, "A delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == len(ids) })
+	var order []string
+	for _, a := range s.snapshot() {
+		if a.Entity == "A" {
+			order = append(order, a.Key)
+		}
+	}
+	if len(order) != 2 || order[0] != (outboxRow{Entity: "A", Seq: 0}).key() {
+		t.Errorf("A arrived as %v", order)
+	}
+}
+
+// With PerEntity ordering off, an entity's rows go out concurrently.
+func TestOrderingNoneDoesNotSerialise(t *testing.T) {
+	db := newTestDB(t)
+	db.insert(t, outboxRow{Entity: "A", Seq: 0}, outboxRow{Entity: "A", Seq: 1}, outboxRow{Entity: "A", Seq: 2})
+	unstall := make(chan struct{})
+	var s *sink
+	s = newSink(t, func(arrival, int) int {
+		s.block(unstall)
+		return http.StatusOK
+	})
+	opts := db.options(t, s.srv.URL)
+	opts.Ordering = v1alpha1.OrderingNone
+	start(t, db.pool, opts)
+	eventually(t, 10*time.Second, "three A rows in flight at once", func() bool { return s.count() == 3 })
+	close(unstall)
+	eventually(t, 10*time.Second, "delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == 3 })
+}
+
+// NOTIFY from the insert's commit wakes a dispatcher long before its 30 s poll.
+func TestNotifyWakesBeforePoll(t *testing.T) {
+	db := newTestDB(t)
+	s := newSink(t, nil)
+	opts := db.options(t, s.srv.URL)
+	opts.PollInterval = 30 * time.Second
+	start(t, db.pool, opts)
+	eventually(t, 10*time.Second, "LISTEN session", func() bool {
+		var n int
+		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&n)
+		return err == nil && n == 1
+	})
+	for seq := range 3 {
+		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
+		begin := time.Now()
+		eventually(t, 2*time.Second, "delivery after the insert", func() bool { return db.state(t, ids[0]).Delivered })
+		t.Logf("insert %d delivered after %s", seq, time.Since(begin))
+	}
+}
+
+// A late worker's result is fenced out by the attempt number of a newer claim.
+func TestFenceRejectsStaleResult(t *testing.T) {
+	db := newTestDB(t)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
+	q := newQueries(db.tables.Outbox, v1alpha1.OrderingPerEntity)
+	ctx := context.Background()
+
+	first, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Millisecond)
+	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
+		t.Fatalf("first claim: %+v, %v", first, err)
+	}
+	var second []row
+	eventually(t, 5*time.Second, "lease expiry lets the row be claimed again", func() bool {
+		second, err = q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute)
+		return err == nil && len(second) == 1
+	})
+	if second[0].Attempt != 2 {
+		t.Fatalf("second claim attempt %d, want 2", second[0].Attempt)
+	}
+	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute); err != nil || len(again) != 0 {
+		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
+	}
+	acc, err := q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 2, Outcome: outcomeRetry, Delay: time.Hour, Error: "newer"}})
+	if err != nil || len(acc) != 1 {
+		t.Fatalf("record newer result: %+v, %v", acc, err)
+	}
+	for _, stale := range []outcome{outcomeDelivered, outcomeDead, outcomeUnsent, outcomeRetry} {
+		acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 1, Outcome: stale, Error: "stale"}})
+		if err != nil || len(acc) != 0 {
+			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
+		}
+	}
+	st := db.state(t, ids[0])
+	if st.Delivered || st.Dead || st.Attempts != 2 || st.LastError != "newer" || time.Until(st.AvailableAt) < 50*time.Minute {
+		t.Errorf("row after stale results: %+v", st)
+	}
+	// A delivered row accepts no later result, not even from its own attempt.
+	if _, err := db.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET available_at = now(), lease_until = NULL WHERE id = $1`, db.tables.Outbox), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	third, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute)
+	if err != nil || len(third) != 1 || third[0].Attempt != 3 {
+		t.Fatalf("third claim: %+v, %v", third, err)
+	}
+	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 3, Outcome: outcomeDelivered}}); err != nil || len(acc) != 1 {
+		t.Fatalf("record delivery: %+v, %v", acc, err)
+	}
+	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 3, Outcome: outcomeDead}}); err != nil || len(acc) != 0 {
+		t.Errorf("result after delivery accepted: %+v, %v", acc, err)
+	}
+}
+
+// Shutdown stops claiming, waits (bounded) for the delivery in flight, then releases its
+// lease so another dispatcher can retry at once; the attempt still counts.
+func TestShutdownReleasesLeases(t *testing.T) {
+	db := newTestDB(t)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0}, outboxRow{Entity: "ord_1", Seq: 1})
+	unstall := make(chan struct{})
+	var s *sink
+	s = newSink(t, func(arrival, int) int {
+		s.block(unstall)
+		return http.StatusOK
+	})
+	opts := db.options(t, s.srv.URL)
+	opts.ShutdownGrace = 300 * time.Millisecond
+	_, stop := start(t, db.pool, opts)
+	eventually(t, 10*time.Second, "request in flight", func() bool { return s.count() == 1 })
+	begin := time.Now()
+	stop()
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("shutdown took %s with a 300ms grace", took)
+	}
+	if st := db.state(t, ids[0]); st.Leased || st.Attempts != 1 || st.Delivered {
+		t.Errorf("in-flight row after shutdown: %+v, want lease released, 1 attempt", st)
+	}
+	if st := db.state(t, ids[1]); st.Attempts != 0 || st.Leased {
+		t.Errorf("queued row after shutdown: %+v", st)
+	}
+	close(unstall)
+}
+
+// Options that cannot work fail Run before anything is claimed.
+func TestRunRejectsBadOptions(t *testing.T) {
+	base := Options{Endpoint: testEndpoint, Tables: store.TablesIn(testSchema), SinkURL: "http://127.0.0.1:1/", Logger: logr.Discard()}
+	for name, mutate := range map[string]func(*Options){
+		"no endpoint":  func(o *Options) { o.Endpoint = "" },
+		"relative url": func(o *Options) { o.SinkURL = "/events" },
+		"ftp url":      func(o *Options) { o.SinkURL = "ftp://x/" },
+		"bad key":      func(o *Options) { o.SigningKey = "whsec_***" },
+		"bad ordering": func(o *Options) { o.Ordering = "Random" },
+	} {
+		o := base
+		mutate(&o)
+		if err := NewDispatcher(nil, o).Run(context.Background()); err == nil {
+			t.Errorf("%s: Run accepted the options", name)
+		} else if o.SigningKey != "" && strings.Contains(err.Error(), "***") {
+			t.Errorf("%s: error echoes the key: %v", name, err)
+		}
+	}
+}
+
+func TestBackoffFullJitterBounds(t *testing.T) {
+	d := NewDispatcher(nil, Options{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second, Random: func() float64 { return 0.999999 }})
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		got := d.backoff(i+1, 0)
+		if got > w*time.Millisecond || got < w*time.Millisecond*99/100 {
+			t.Errorf("attempt %d: %s, want just under %dms", i+1, got, w)
+		}
+	}
+	if got := d.backoff(200, 0); got > time.Second {
+		t.Errorf("attempt 200 overflowed: %s", got)
+	}
+	d.opts.Random = func() float64 { return 0 }
+	if got := d.backoff(3, 700*time.Millisecond); got != 700*time.Millisecond {
+		t.Errorf("Retry-After not honoured: %s", got)
+	}
+	if got := d.backoff(3, time.Hour); got != time.Second {
+		t.Errorf("Retry-After not capped by max: %s", got)
+	}
+}
+
+// Child-process dispatcher for TestKilledDispatcherProcess; it runs only when re-executed
+// with the env below, and until it is killed.
+const childEnv = "HOOKKEEPER_OUTBOX_TEST_CHILD"
+
+func TestChildDispatcherProcess(t *testing.T) {
+	if os.Getenv(childEnv) != "1" {
+		t.Skip("runs only as the child process of TestKilledDispatcherProcess")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := store.Open(ctx, os.Getenv("CHILD_DATABASE_URL"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d := NewDispatcher(pool, Options{
+		Endpoint: testEndpoint, Tables: store.TablesIn(testSchema), SinkURL: os.Getenv("CHILD_SINK_URL"),
+		Concurrency: 4, Lease: 2 * time.Second, Timeout: time.Minute, PollInterval: 50 * time.Millisecond,
+		Logger: logr.Discard(),
+	})
+	_ = d.Run(ctx)
+}
+
+// A dispatcher process killed with SIGKILL mid-delivery leaves its rows leased; a new
+// dispatcher re-delivers them after the lease with the same Idempotency-Key.
+func TestKilledDispatcherProcess(t *testing.T) {
+	db := newTestDB(t)
+	rows := []outboxRow{{Entity: "A", Seq: 0}, {Entity: "B", Seq: 0}, {Entity: "C", Seq: 0}}
+	ids := db.insert(t, rows...)
+	var mu sync.Mutex
+	blocking := true
+	unstall := make(chan struct{})
+	var s *sink
+	s = newSink(t, func(arrival, int) int {
+		mu.Lock()
+		b := blocking
+		mu.Unlock()
+		if b {
+			s.block(unstall)
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+
+	child := exec.Command(os.Args[0], "-test.run=^TestChildDispatcherProcess$", "-test.v")
+	child.Env = append(os.Environ(), childEnv+"=1", "CHILD_DATABASE_URL="+db.url, "CHILD_SINK_URL="+s.srv.URL)
+	out := &strings.Builder{}
+	child.Stdout, child.Stderr = out, out
+	if err := child.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = child.Process.Kill()
+		<-exited
+	})
+
+	eventually(t, 20*time.Second, "the child's requests reach the sink", func() bool { return s.count() == len(rows) })
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill child: %v", err)
+	}
+	<-exited
+	if !strings.Contains(out.String(), "=== RUN") {
+		t.Logf("child output: %s", out.String())
+	}
+	for _, id := range ids {
+		if st := db.state(t, id); !st.Leased || st.Attempts != 1 || st.Delivered {
+			t.Fatalf("row %d after the kill: %+v, want leased after 1 attempt", id, st)
+		}
+	}
+	mu.Lock()
+	blocking = false
+	mu.Unlock()
+	close(unstall)
+
+	start(t, db.pool, db.options(t, s.srv.URL))
+	eventually(t, 20*time.Second, "re-delivery after the lease", func() bool {
+		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
+	})
+	byKey := map[string]int{}
+	first := map[string]time.Time{}
+	for _, a := range s.snapshot() {
+		byKey[a.Key]++
+		if f, ok := first[a.Key]; !ok {
+			first[a.Key] = a.At
+		} else if gap := a.At.Sub(f); gap < 1500*time.Millisecond {
+			t.Errorf("key %s re-delivered %s after the killed attempt, before its 2s lease ended", a.Key, gap)
+		}
+	}
+	for i, r := range rows {
+		if byKey[r.key()] != 2 {
+			t.Errorf("key %s arrived %d times, want 2 (killed attempt + re-delivery)", r.key(), byKey[r.key()])
+		}
+		if st := db.state(t, ids[i]); st.Attempts != 2 {
+			t.Errorf("row %d attempts %d, want 2", ids[i], st.Attempts)
+		}
+	}
+}

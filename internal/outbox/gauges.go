@@ -1,0 +1,54 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
+)
+
+// Backlog is the state of one endpoint's outbox.
+type Backlog struct {
+	// Pending rows are neither delivered nor dead.
+	Pending int64
+	// OldestPendingAge is the age of the oldest pending row, zero when none.
+	OldestPendingAge time.Duration
+	// Dead rows were dead-lettered.
+	Dead int64
+}
+
+// Backlog reads the endpoint's backlog from the database.
+func (d *Dispatcher) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	var age float64
+	if err := d.pool.QueryRow(ctx, d.q.gauges, d.opts.Endpoint).Scan(&b.Pending, &age, &b.Dead); err != nil {
+		return Backlog{}, fmt.Errorf("read outbox backlog: %w", err)
+	}
+	b.OldestPendingAge = time.Duration(age * float64(time.Second))
+	return b, nil
+}
+
+// refreshGauges publishes the backlog gauges every GaugeInterval until ctx ends.
+func (d *Dispatcher) refreshGauges(ctx context.Context) {
+	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
+	ticker := time.NewTicker(d.opts.GaugeInterval)
+	defer ticker.Stop()
+	for {
+		b, err := d.Backlog(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error(err, "reading the outbox backlog failed")
+		case err == nil:
+			ep := d.opts.Endpoint
+			metrics.OutboxBacklog.WithLabelValues(ep).Set(float64(b.Pending))
+			metrics.OutboxOldestAge.WithLabelValues(ep).Set(b.OldestPendingAge.Seconds())
+			metrics.OutboxDead.WithLabelValues(ep).Set(float64(b.Dead))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}

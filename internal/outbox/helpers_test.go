@@ -1,0 +1,271 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/store"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+const (
+	testSchema   = "hookkeeper"
+	testEndpoint = "shop/orders"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+// testDB is a migrated database with a pool on it.
+type testDB struct {
+	url    string
+	pool   *pgxpool.Pool
+	tables store.Tables
+}
+
+func newTestDB(t *testing.T) *testDB {
+	t.Helper()
+	url := testsupport.MigratedDatabase(t, testSchema)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := store.Open(ctx, url, 16)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return &testDB{url: url, pool: pool, tables: store.TablesIn(testSchema)}
+}
+
+// outboxRow is a row a test inserts; Key doubles as dedupe key and source event id.
+type outboxRow struct {
+	Entity string
+	Seq    int
+}
+
+func (r outboxRow) key() string { return fmt.Sprintf("evt-%s-%04d", r.Entity, r.Seq) }
+
+// insert adds rows in the given order (ids follow it) and returns their ids.
+func (db *testDB) insert(t *testing.T, rows ...outboxRow) []int64 {
+	t.Helper()
+	keys := make([]string, len(rows))
+	entities := make([]string, len(rows))
+	payloads := make([]string, len(rows))
+	for i, r := range rows {
+		keys[i], entities[i] = r.key(), r.Entity
+		payloads[i] = fmt.Sprintf(`{"entity":%q,"seq":%d}`, r.Entity, r.Seq)
+	}
+	q := fmt.Sprintf(`
+INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
+SELECT $1, k, e, 'order.paid', k, p::jsonb, '2026-01-02T03:04:05Z'
+FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(k, e, p, n)
+ORDER BY n
+RETURNING id`, db.tables.Outbox)
+	res, err := db.pool.Query(context.Background(), q, testEndpoint, keys, entities, payloads)
+	if err != nil {
+		t.Fatalf("insert outbox rows: %v", err)
+	}
+	var ids []int64
+	for res.Next() {
+		var id int64
+		if err := res.Scan(&id); err != nil {
+			t.Fatalf("scan id: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := res.Err(); err != nil {
+		t.Fatalf("insert outbox rows: %v", err)
+	}
+	return ids
+}
+
+// state is one outbox row as the database has it.
+type state struct {
+	Attempts    int
+	Delivered   bool
+	Dead        bool
+	Leased      bool
+	LastError   string
+	AvailableAt time.Time
+}
+
+func (db *testDB) state(t *testing.T, id int64) state {
+	t.Helper()
+	var s state
+	err := db.pool.QueryRow(context.Background(), fmt.Sprintf(`
+SELECT attempts, delivered_at IS NOT NULL, dead_at IS NOT NULL, lease_until IS NOT NULL,
+       COALESCE(last_error, ''), available_at
+FROM %s WHERE id = $1`, db.tables.Outbox), id).
+		Scan(&s.Attempts, &s.Delivered, &s.Dead, &s.Leased, &s.LastError, &s.AvailableAt)
+	if err != nil {
+		t.Fatalf("read outbox row %d: %v", id, err)
+	}
+	return s
+}
+
+// count returns how many of the endpoint's rows match cond (SQL).
+func (db *testDB) count(t *testing.T, cond string) int {
+	t.Helper()
+	var n int
+	err := db.pool.QueryRow(context.Background(),
+		fmt.Sprintf(`SELECT count(*) FROM %s WHERE endpoint = $1 AND %s`, db.tables.Outbox, cond), testEndpoint).Scan(&n)
+	if err != nil {
+		t.Fatalf("count rows: %v", err)
+	}
+	return n
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// arrival is one request the sink received.
+type arrival struct {
+	Key      string
+	Entity   string
+	Seq      int
+	At       time.Time
+	Header   http.Header
+	Body     []byte
+	Envelope Envelope
+}
+
+// sink is a real HTTP server that records every request. respond decides the status
+// (and may block); it runs after the arrival is recorded.
+type sink struct {
+	srv *httptest.Server
+	t   *testing.T
+
+	mu       sync.Mutex
+	arrivals []arrival
+	inFlight map[string]int
+	overlap  []string // entities that had two requests in flight at once
+	respond  func(a arrival, n int) int
+
+	release chan struct{} // closed at cleanup so blocked handlers return
+}
+
+func newSink(t *testing.T, respond func(a arrival, n int) int) *sink {
+	t.Helper()
+	s := &sink{t: t, inFlight: map[string]int{}, respond: respond, release: make(chan struct{})}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		close(s.release)
+		s.srv.Close()
+	})
+	return s
+}
+
+func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	a := arrival{At: time.Now(), Header: r.Header.Clone(), Body: body, Key: r.Header.Get(HeaderIdempotencyKey)}
+	if err := json.Unmarshal(body, &a.Envelope); err == nil {
+		var data struct {
+			Entity string `json:"entity"`
+			Seq    int    `json:"seq"`
+		}
+		_ = json.Unmarshal(a.Envelope.Data, &data)
+		a.Entity, a.Seq = data.Entity, data.Seq
+	}
+	s.mu.Lock()
+	s.arrivals = append(s.arrivals, a)
+	n := len(s.arrivals)
+	s.inFlight[a.Entity]++
+	if s.inFlight[a.Entity] > 1 {
+		s.overlap = append(s.overlap, a.Entity)
+	}
+	respond := s.respond
+	s.mu.Unlock()
+
+	status := http.StatusOK
+	if respond != nil {
+		status = respond(a, n)
+	}
+	s.mu.Lock()
+	s.inFlight[a.Entity]--
+	s.mu.Unlock()
+	w.WriteHeader(status)
+}
+
+func (s *sink) snapshot() []arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]arrival(nil), s.arrivals...)
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.arrivals)
+}
+
+// block waits until ch is closed or the sink shuts down.
+func (s *sink) block(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	case <-s.release:
+	}
+}
+
+// testOptions are fast options for tests against sinkURL.
+func (db *testDB) options(t *testing.T, sinkURL string) Options {
+	return Options{
+		Endpoint:       testEndpoint,
+		Tables:         db.tables,
+		SinkURL:        sinkURL,
+		MaxAttempts:    5,
+		BackoffInitial: 20 * time.Millisecond,
+		BackoffMax:     200 * time.Millisecond,
+		Timeout:        5 * time.Second,
+		Concurrency:    8,
+		PollInterval:   50 * time.Millisecond,
+		GaugeInterval:  200 * time.Millisecond,
+		ShutdownGrace:  2 * time.Second,
+		Logger:         testr.NewWithOptions(t, testr.Options{LogTimestamp: true}),
+	}
+}
+
+// start runs a dispatcher until the test ends (or stop is called) and reports Run's error.
+func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop func()) {
+	t.Helper()
+	d = NewDispatcher(pool, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("dispatcher Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("dispatcher did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return d, stop
+}

@@ -1,0 +1,252 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+// DefaultReplayBatch is how many rows one replay step handles (and how often progress
+// is reported).
+const DefaultReplayBatch = 500
+
+// ReplayableOutcomes are the receipt outcomes that may apply on a later try: the entity
+// did not exist yet (unmatched) or a guard such as the amount check failed.
+var ReplayableOutcomes = []string{"unmatched", "guard_failed"}
+
+// Selection narrows a replay to one endpoint's rows, a time range and/or ids.
+type Selection struct {
+	// Endpoint is the endpoint key ("namespace/name"); required.
+	Endpoint string
+	// Since and Until bound the time the row reached its state (dead_at for dead
+	// letters, received_at for receipts): Since <= t < Until. Zero means unbounded.
+	Since, Until time.Time
+	// IDs, when not empty, limits the replay to these row ids.
+	IDs []int64
+}
+
+// ReplayOptions shape a replay run.
+type ReplayOptions struct {
+	// DryRun lists what would change (through Each) and changes nothing.
+	DryRun bool
+	// BatchSize is the rows per step; DefaultReplayBatch when zero.
+	BatchSize int
+	// Each is called for every selected row: in a dry run instead of changing it,
+	// otherwise as it is replayed.
+	Each func(ReplayItem)
+	// Progress is called after every step with the rows handled so far and the rows
+	// selected at the start.
+	Progress func(done, total int)
+}
+
+// ReplayItem describes one selected row.
+type ReplayItem struct {
+	ID        int64
+	Key       string // dedupe key (dead letters) or provider event id (receipts)
+	EntityKey string
+	EventType string
+	// At is dead_at (dead letters) or received_at (receipts).
+	At time.Time
+	// State is the last error (dead letters) or the outcome (receipts).
+	State string
+}
+
+// ReplayReport sums up a replay run.
+type ReplayReport struct {
+	// Selected rows matched the selection when the run started.
+	Selected int
+	// Replayed rows were changed (zero in a dry run).
+	Replayed int
+	// Outcomes counts the receipts' outcomes after reprocessing (receipt replay only).
+	Outcomes map[string]int
+}
+
+func (o ReplayOptions) batch() int {
+	if o.BatchSize > 0 {
+		return o.BatchSize
+	}
+	return DefaultReplayBatch
+}
+
+// selectionArgs are the bind parameters $2..$4 of the replay queries.
+func selectionArgs(s Selection) []any {
+	var since, until *time.Time
+	if !s.Since.IsZero() {
+		since = &s.Since
+	}
+	if !s.Until.IsZero() {
+		until = &s.Until
+	}
+	ids := s.IDs
+	if ids == nil {
+		ids = []int64{}
+	}
+	return []any{since, until, ids}
+}
+
+// RedriveDeadLetters makes the selected dead letters due again with a fresh attempt
+// budget: dead_at, attempts and the lease are reset and available_at set to now. The
+// dedupe key is untouched, so the sink sees the same Idempotency-Key. Rows that are no
+// longer dead are not selected, so running it twice re-drives nothing the second time.
+func RedriveDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, opts ReplayOptions) (ReplayReport, error) {
+	if sel.Endpoint == "" {
+		return ReplayReport{}, fmt.Errorf("redrive dead letters: endpoint key is empty")
+	}
+	where := `endpoint = $1 AND dead_at IS NOT NULL
+	  AND ($2::timestamptz IS NULL OR dead_at >= $2)
+	  AND ($3::timestamptz IS NULL OR dead_at < $3)
+	  AND (cardinality($4::bigint[]) = 0 OR id = ANY($4))`
+	args := append([]any{sel.Endpoint}, selectionArgs(sel)...)
+
+	var report ReplayReport
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s`, tables.Outbox, where), args...).
+		Scan(&report.Selected); err != nil {
+		return report, fmt.Errorf("count dead letters: %w", err)
+	}
+
+	list := fmt.Sprintf(`
+SELECT id, dedupe_key, entity_key, event_type, dead_at, COALESCE(last_error, '')
+FROM %s WHERE %s AND id > $5 ORDER BY id LIMIT $6`, tables.Outbox, where)
+	// The batch is locked so a concurrent replay of the same rows skips them rather
+	// than resetting them twice; the dispatcher never claims dead rows.
+	redrive := fmt.Sprintf(`
+WITH batch AS (
+	SELECT id, dead_at FROM %[1]s WHERE %[2]s AND id > $5 ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s o
+SET dead_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
+FROM batch WHERE o.id = batch.id
+RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESCE(o.last_error, '')`, tables.Outbox, where)
+
+	query := redrive
+	if opts.DryRun {
+		query = list
+	}
+	done := 0
+	last := int64(0)
+	for {
+		items, err := collectItems(ctx, pool, query, append(args, last, opts.batch())...)
+		if err != nil {
+			return report, fmt.Errorf("redrive dead letters: %w", err)
+		}
+		if len(items) == 0 {
+			break
+		}
+		for _, it := range items {
+			last = max(last, it.ID)
+			if opts.Each != nil {
+				opts.Each(it)
+			}
+		}
+		done += len(items)
+		if !opts.DryRun {
+			report.Replayed += len(items)
+			// Wake the dispatchers now rather than at their next poll.
+			if _, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, sel.Endpoint); err != nil {
+				return report, fmt.Errorf("notify dispatchers: %w", err)
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(done, report.Selected)
+		}
+		if len(items) < opts.batch() {
+			break
+		}
+	}
+	return report, nil
+}
+
+// Reprocess re-runs one stored receipt through the receipt transaction; it must be a
+// no-op for a receipt that was already applied (receipt.Recorder.Reprocess).
+type Reprocess func(ctx context.Context, receiptID int64) error
+
+// ReplayReceipts re-runs the selected receipts whose outcome is unmatched or
+// guard_failed through reprocess, for example once the order they name exists. The
+// report counts the outcomes afterwards; receipts that now apply are no longer selected,
+// so a second run touches only those that still do not.
+func ReplayReceipts(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, reprocess Reprocess, opts ReplayOptions) (ReplayReport, error) {
+	if sel.Endpoint == "" {
+		return ReplayReport{}, fmt.Errorf("replay receipts: endpoint key is empty")
+	}
+	if reprocess == nil && !opts.DryRun {
+		return ReplayReport{}, fmt.Errorf("replay receipts: no reprocessor")
+	}
+	where := `endpoint = $1 AND outcome = ANY($5)
+	  AND ($2::timestamptz IS NULL OR received_at >= $2)
+	  AND ($3::timestamptz IS NULL OR received_at < $3)
+	  AND (cardinality($4::bigint[]) = 0 OR id = ANY($4))`
+	args := append(append([]any{sel.Endpoint}, selectionArgs(sel)...), ReplayableOutcomes)
+
+	report := ReplayReport{Outcomes: map[string]int{}}
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s`, tables.Events, where), args...).
+		Scan(&report.Selected); err != nil {
+		return report, fmt.Errorf("count replayable receipts: %w", err)
+	}
+	list := fmt.Sprintf(`
+SELECT id, event_id, entity_key, event_type, received_at, outcome
+FROM %s WHERE %s AND id > $6 ORDER BY id LIMIT $7`, tables.Events, where)
+	outcomes := fmt.Sprintf(`SELECT outcome, count(*) FROM %s WHERE id = ANY($1) GROUP BY outcome`, tables.Events)
+
+	done := 0
+	last := int64(0)
+	for {
+		items, err := collectItems(ctx, pool, list, append(args, last, opts.batch())...)
+		if err != nil {
+			return report, fmt.Errorf("list replayable receipts: %w", err)
+		}
+		if len(items) == 0 {
+			break
+		}
+		ids := make([]int64, 0, len(items))
+		for _, it := range items {
+			last = max(last, it.ID)
+			if opts.Each != nil {
+				opts.Each(it)
+			}
+			if opts.DryRun {
+				continue
+			}
+			if err := reprocess(ctx, it.ID); err != nil {
+				return report, fmt.Errorf("reprocess receipt %d: %w", it.ID, err)
+			}
+			ids = append(ids, it.ID)
+		}
+		done += len(items)
+		report.Replayed += len(ids)
+		if len(ids) > 0 {
+			rows, err := pool.Query(ctx, outcomes, ids)
+			if err != nil {
+				return report, fmt.Errorf("read outcomes of replayed receipts: %w", err)
+			}
+			var outcome string
+			var n int
+			if _, err := pgx.ForEachRow(rows, []any{&outcome, &n}, func() error {
+				report.Outcomes[outcome] += n
+				return nil
+			}); err != nil {
+				return report, fmt.Errorf("read outcomes of replayed receipts: %w", err)
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(done, report.Selected)
+		}
+	}
+	return report, nil
+}
+
+func collectItems(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) ([]ReplayItem, error) {
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReplayItem, error) {
+		var it ReplayItem
+		err := r.Scan(&it.ID, &it.Key, &it.EntityKey, &it.EventType, &it.At, &it.State)
+		return it, err
+	})
+}

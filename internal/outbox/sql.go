@@ -1,0 +1,178 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// row is one claimed outbox row.
+type row struct {
+	ID            int64
+	DedupeKey     string
+	EntityKey     string
+	EventType     string
+	SourceEventID string
+	Payload       json.RawMessage
+	OccurredAt    *time.Time
+	CreatedAt     time.Time
+	// Attempt is the attempts column after the claim: this attempt's number and the fence
+	// its result is recorded under.
+	Attempt int
+}
+
+// outcome is what became of one claimed row.
+type outcome string
+
+const (
+	// outcomeDelivered: the sink answered 2xx.
+	outcomeDelivered outcome = "delivered"
+	// outcomeRetry: a failure with attempts left; the row is due again after a delay.
+	outcomeRetry outcome = "retry"
+	// outcomeDead: a 410, or a failure on the last attempt.
+	outcomeDead outcome = "dead"
+	// outcomeUnsent: shutdown came before the request was sent; the claim is undone.
+	outcomeUnsent outcome = "unsent"
+	// outcomeAbandoned: the request was sent but shutdown cut it off; the lease is
+	// released so another dispatcher retries now, and the attempt still counts.
+	outcomeAbandoned outcome = "abandoned"
+)
+
+// result is one row's outcome, recorded fenced on the claimed attempt.
+type result struct {
+	ID      int64
+	Attempt int
+	Outcome outcome
+	// Delay before the row is due again (outcomeRetry).
+	Delay time.Duration
+	// Error is a short, secret-free description of the failure.
+	Error string
+	// Done is when the attempt finished; with the database's age of the row at record
+	// time it yields commit-to-delivery without comparing two machines' clocks.
+	Done time.Time
+}
+
+// queries holds the dispatcher's SQL for one schema.
+type queries struct {
+	claim  string
+	record string
+	gauges string
+}
+
+func newQueries(outboxTable string, ordering v1alpha1.Ordering) queries {
+	// Only the head of each entity's queue is a candidate under PerEntity: a row with an
+	// earlier undelivered, not dead row of the same entity is not claimable, and that
+	// earlier row stays so while it is leased. So two dispatchers (or one batch) never
+	// hold two rows of one entity, and the next row becomes claimable only after the
+	// previous one's result commits. SKIP LOCKED keeps concurrent claims from waiting
+	// on each other; a row claimed and committed meanwhile fails the lease check on
+	// re-evaluation.
+	perEntity := ""
+	if ordering == v1alpha1.OrderingPerEntity {
+		perEntity = fmt.Sprintf(`
+	  AND NOT EXISTS (
+	    SELECT 1 FROM %[1]s p
+	    WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key AND p.id < o.id
+	      AND p.delivered_at IS NULL AND p.dead_at IS NULL)`, outboxTable)
+	}
+	return queries{
+		claim: fmt.Sprintf(`
+WITH due AS (
+	SELECT o.id FROM %[1]s o
+	WHERE o.endpoint = $1 AND o.delivered_at IS NULL AND o.dead_at IS NULL
+	  AND o.available_at <= now()
+	  AND (o.lease_until IS NULL OR o.lease_until <= now())%[2]s
+	ORDER BY o.available_at, o.id
+	LIMIT $2
+	FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE %[1]s o
+SET lease_until = now() + $3 * interval '1 microsecond', attempts = o.attempts + 1
+FROM due WHERE o.id = due.id
+RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.payload,
+	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity),
+
+		// One statement records a batch of results. Each row is fenced on the attempt
+		// it was claimed with and on not being delivered, so a late worker whose lease
+		// expired cannot overwrite a newer attempt's result.
+		record: fmt.Sprintf(`
+UPDATE %[1]s o SET
+	lease_until  = NULL,
+	attempts     = CASE WHEN r.outcome = 'unsent' THEN o.attempts - 1 ELSE o.attempts END,
+	delivered_at = CASE WHEN r.outcome = 'delivered' THEN now() END,
+	dead_at      = CASE WHEN r.outcome = 'dead' THEN now() ELSE o.dead_at END,
+	available_at = CASE WHEN r.outcome = 'retry'
+	                    THEN now() + r.delay_us * interval '1 microsecond'
+	                    ELSE o.available_at END,
+	last_error   = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE o.last_error END
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[])
+	AS r(id, attempt, outcome, delay_us, err)
+WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
+RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, outboxTable),
+
+		gauges: fmt.Sprintf(`
+SELECT
+	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL),
+	(SELECT COALESCE(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM %[1]s
+	   WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL),
+	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND dead_at IS NOT NULL)`, outboxTable),
+	}
+}
+
+// querier is what the dispatcher needs of a pool or connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// claim leases up to limit due rows and returns them with their attempt numbers.
+func (q queries) claimRows(ctx context.Context, db querier, endpoint string, limit int, lease time.Duration) ([]row, error) {
+	rows, err := db.Query(ctx, q.claim, endpoint, limit, lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.ID, &x.DedupeKey, &x.EntityKey, &x.EventType, &x.SourceEventID, &x.Payload,
+			&x.OccurredAt, &x.CreatedAt, &x.Attempt)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	return claimed, nil
+}
+
+// recorded is a row whose result the fence accepted.
+type recorded struct {
+	ID int64
+	// AgeSeconds is the row's age (now - created_at) when the result was recorded.
+	AgeSeconds float64
+}
+
+// recordResults writes a batch of results and returns the rows the fence accepted.
+func (q queries) recordResults(ctx context.Context, db querier, endpoint string, results []result) ([]recorded, error) {
+	ids := make([]int64, len(results))
+	attempts := make([]int32, len(results))
+	outcomes := make([]string, len(results))
+	delays := make([]int64, len(results))
+	errs := make([]string, len(results))
+	for i, r := range results {
+		ids[i], attempts[i], outcomes[i] = r.ID, int32(r.Attempt), string(r.Outcome) //nolint:gosec // attempts are bounded by maxAttempts (<= 100) plus crash retries
+		delays[i], errs[i] = r.Delay.Microseconds(), r.Error
+	}
+	rows, err := db.Query(ctx, q.record, ids, attempts, outcomes, delays, errs, endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("record delivery results: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[recorded])
+	if err != nil {
+		return nil, fmt.Errorf("record delivery results: %w", err)
+	}
+	return out, nil
+}
