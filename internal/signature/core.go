@@ -216,7 +216,7 @@ func decodeSignature(encoding v1alpha1.SignatureEncoding, s string, size int) ([
 	if encoding == v1alpha1.EncodingBase64 {
 		for i := 0; i < len(s); i++ {
 			c := s[i]
-			if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '+' || c == '/' || c == '=') {
+			if !isLetter(c) && !isDigit(c) && c != '+' && c != '/' && c != '=' {
 				return nil, false
 			}
 		}
@@ -229,3 +229,7 @@ func decodeSignature(encoding v1alpha1.SignatureEncoding, s string, size int) ([
 	}
 	return decoded, true
 }
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
