@@ -64,7 +64,8 @@ func resolveBinaries(dir string) (binaries, error) {
 	find := func(names ...string) string {
 		for _, name := range names {
 			p := filepath.Join(dir, name)
-			if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			info, err := os.Stat(p) //nolint:gosec // the binary directory is the user's own configuration
+			if err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
 				return p
 			}
 		}

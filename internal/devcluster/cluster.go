@@ -160,7 +160,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 
 // openLog opens the log file of a component that envtest starts; Stop closes it.
 func (c *Cluster) openLog(name string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(c.LogDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(filepath.Join(c.LogDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // our own state directory
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
@@ -171,7 +171,7 @@ func (c *Cluster) openLog(name string) (*os.File, error) {
 // startChild starts a component with its own secure port on a free loopback port and
 // waits until its /healthz answers ok.
 func (c *Cluster) startChild(ctx context.Context, name, path string, args []string) error {
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,9 @@ func (c *Cluster) startChild(ctx context.Context, name, path string, args []stri
 		return fmt.Errorf("create %s cert directory: %w", name, err)
 	}
 	args = append(args, "--secure-port="+strconv.Itoa(port), "--cert-dir="+certDir)
-	proc, err := startProcess(exec.Command(path, args...), filepath.Join(c.LogDir(), name+".log"))
+	// Not CommandContext: the component is stopped by Stop (SIGTERM, then SIGKILL to its
+	// process group), not by the start context.
+	proc, err := startProcess(exec.Command(path, args...), filepath.Join(c.LogDir(), name+".log")) //nolint:gosec,noctx // see above; path comes from the binary directory
 	if err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
@@ -232,8 +234,9 @@ func waitHealthy(ctx context.Context, proc *process, url string, timeout time.Du
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}

@@ -201,7 +201,9 @@ func (r *podRunner) runOnce(ctx context.Context) runResult {
 		r.writeStatus(ctx)
 		return runResult{}
 	}
-	cmd := exec.Command(r.agent.opts.Executable, args...) //nolint:gosec // the executable is the agent's own configuration
+	// Not CommandContext: the process lives until its Pod is deleted or the agent
+	// stops, and is then stopped gracefully (SIGTERM, grace period, SIGKILL).
+	cmd := exec.Command(r.agent.opts.Executable, args...) //nolint:gosec,noctx // see above; the executable is the agent's configuration
 	cmd.Env = append(slices.Clone(r.agent.opts.BaseEnv), "HOSTNAME="+r.pod.Name)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = filepath.Dir(logPath)

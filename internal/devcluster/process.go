@@ -20,7 +20,7 @@ type process struct {
 // startProcess starts cmd in a new process group with stdout and stderr appended to
 // logPath.
 func startProcess(cmd *exec.Cmd, logPath string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // a log path under our state directory
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", logPath, err)
 	}

@@ -176,7 +176,8 @@ func (p *ServiceProxy) syncService(obj any, deleted bool) {
 		if _, open := p.listeners[key]; open {
 			continue
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		var lc net.ListenConfig
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			p.opts.Log.Error(err, "open service listener", "service", key.namespace+"/"+key.name, "port", key.port)
 			continue
@@ -272,7 +273,8 @@ func (p *ServiceProxy) forward(f *portForwarder, client net.Conn) {
 	// that just stopped listening does not fail the connection.
 	for i := range targets {
 		target := targets[(int(start)+i)%len(targets)]
-		upstream, err = net.DialTimeout("tcp", target, 2*time.Second)
+		dialer := net.Dialer{Timeout: 2 * time.Second}
+		upstream, err = dialer.DialContext(context.Background(), "tcp", target)
 		if err == nil {
 			break
 		}
