@@ -113,7 +113,7 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // name is initdb/pg_ctl from BinDir
 	cmd.Dir = s.dir
 	if s.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}

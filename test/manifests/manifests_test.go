@@ -157,4 +157,3 @@ func TestSamplesAreAccepted(t *testing.T) {
 	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples")), "shop")
 	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples/gateway")), "shop")
 }
-
