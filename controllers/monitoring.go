@@ -36,8 +36,8 @@ func (r *WebhookEndpointReconciler) reconcileMonitoring(ctx context.Context, st 
 		enabled bool
 		build   func() *unstructured.Unstructured
 	}{
-		{resources.ServiceMonitorGVK, ep.Spec.Monitoring.ServiceMonitor.Enabled, func() *unstructured.Unstructured { return resources.ServiceMonitor(ep) }},
-		{resources.PrometheusRuleGVK, ep.Spec.Monitoring.PrometheusRule.Enabled, func() *unstructured.Unstructured { return resources.PrometheusRule(ep) }},
+		{resources.ServiceMonitorGVK, ep.Spec.Monitoring.ServiceMonitor.IsEnabled(), func() *unstructured.Unstructured { return resources.ServiceMonitor(ep) }},
+		{resources.PrometheusRuleGVK, ep.Spec.Monitoring.PrometheusRule.IsEnabled(), func() *unstructured.Unstructured { return resources.PrometheusRule(ep) }},
 	} {
 		ok, err := r.installed(m.gvk)
 		if err != nil {

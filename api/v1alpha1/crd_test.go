@@ -81,8 +81,8 @@ func TestCRDRoundTripAppliesDefaults(t *testing.T) {
 		"receiver.replicas 2":        s.Receiver.Replicas != nil && *s.Receiver.Replicas == 2,
 		"receiver.path /":            s.Receiver.Path == "/",
 		"receiver.maxBodyBytes 1MiB": s.Receiver.MaxBodyBytes == 1048576,
-		"serviceMonitor enabled":     s.Monitoring.ServiceMonitor.Enabled,
-		"networkPolicy enabled":      s.NetworkPolicy.Enabled,
+		"serviceMonitor enabled":     s.Monitoring.ServiceMonitor.Enabled != nil && *s.Monitoring.ServiceMonitor.Enabled,
+		"networkPolicy enabled":      s.NetworkPolicy.Enabled != nil && *s.NetworkPolicy.Enabled,
 	}
 	for what, ok := range checks {
 		if !ok {

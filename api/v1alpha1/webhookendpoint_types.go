@@ -485,10 +485,11 @@ type ReceiverSpec struct {
 
 // ToggleSpec switches an optional object on or off.
 type ToggleSpec struct {
-	// enabled creates the object when its CRD is installed.
+	// enabled creates the object when its CRD is installed. A pointer, so that an explicit
+	// false survives Go clients (a plain bool with omitempty would be defaulted back to true).
 	// +kubebuilder:default=true
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // MonitoringSpec configures Prometheus Operator objects, created only when their CRDs exist.
@@ -579,10 +580,10 @@ type EgressSpec struct {
 
 // NetworkPolicySpec fences the receiver pods.
 type NetworkPolicySpec struct {
-	// enabled creates the NetworkPolicy.
+	// enabled creates the NetworkPolicy. A pointer for the same reason as ToggleSpec.enabled.
 	// +kubebuilder:default=true
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled *bool `json:"enabled,omitempty"`
 	// metricsFrom selects the namespaces allowed to scrape the metrics port.
 	// +optional
 	MetricsFrom *metav1.LabelSelector `json:"metricsFrom,omitempty"`
@@ -699,3 +700,10 @@ type WebhookEndpointList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []WebhookEndpoint `json:"items"`
 }
+
+// IsEnabled reports whether the toggle is on; unset means on, as the CRD defaults it.
+func (t ToggleSpec) IsEnabled() bool { return t.Enabled == nil || *t.Enabled }
+
+// IsEnabled reports whether the NetworkPolicy is wanted; unset means on, as the CRD
+// defaults it.
+func (n NetworkPolicySpec) IsEnabled() bool { return n.Enabled == nil || *n.Enabled }

@@ -16,7 +16,7 @@ const DefaultDatabasePort int32 = 5432
 
 // WantsNetworkPolicy reports whether ep's receiver pods are fenced.
 func WantsNetworkPolicy(ep *v1alpha1.WebhookEndpoint) bool {
-	return ep.Spec.NetworkPolicy.Enabled
+	return ep.Spec.NetworkPolicy.IsEnabled()
 }
 
 func tcpPort(p int32) networkingv1.NetworkPolicyPort {

@@ -1,8 +1,8 @@
 package resources
 
 import (
-	"k8s.io/apimachinery/pkg/api/resource"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"

@@ -91,6 +91,14 @@ func Render(ep *v1alpha1.WebhookEndpoint, now time.Time) (Rendered, error) {
 		active = append(active, s)
 	}
 	spec.SigningSecrets = active
+	// What only the operator acts on stays out of the pods' config, so scaling, exposing
+	// or fencing the receiver does not roll its pods.
+	spec.Exposure = nil
+	spec.NetworkPolicy = v1alpha1.NetworkPolicySpec{}
+	spec.Monitoring = v1alpha1.MonitoringSpec{}
+	spec.Receiver.Replicas = nil
+	spec.Receiver.Resources = corev1.ResourceRequirements{}
+	spec.Receiver.Image = ""
 	refs = append(refs, SecretRef{
 		Field:  "spec.database.urlSecretRef",
 		Name:   spec.Database.URLSecretRef.Name,

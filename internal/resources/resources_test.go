@@ -151,6 +151,15 @@ func TestConfigHash(t *testing.T) {
 		m[k] = []byte(v)
 		return m
 	}
+	scaled := endpoint()
+	scaled.Spec.Receiver.Replicas = ptr.To[int32](7)
+	scaled.Spec.Receiver.Image = "other:1"
+	scaled.Spec.NetworkPolicy.Enabled = ptr.To(false)
+	scaled.Spec.Exposure = &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{Host: "x.example"}}
+	rs, _ := Render(scaled, now)
+	if string(rs.JSON) != string(r.JSON) {
+		t.Errorf("operator-only fields leak into the pods' config:\n%s\n%s", rs.JSON, r.JSON)
+	}
 	ep2 := endpoint()
 	ep2.Spec.Receiver.Path = "/other"
 	r2, _ := Render(ep2, now)
@@ -393,12 +402,12 @@ func TestNetworkPolicy(t *testing.T) {
 		wantEgress  int // number of egress rules; 0 = egress not limited
 		wantNSMatch bool
 	}{
-		{name: "defaults: metrics from own namespace", np: v1alpha1.NetworkPolicySpec{Enabled: true}},
-		{name: "metrics from monitoring", np: v1alpha1.NetworkPolicySpec{Enabled: true,
+		{name: "defaults: metrics from own namespace", np: v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true)}},
+		{name: "metrics from monitoring", np: v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true),
 			MetricsFrom: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}, wantNSMatch: true},
-		{name: "egress limited", np: v1alpha1.NetworkPolicySpec{Enabled: true, Egress: &v1alpha1.EgressSpec{
+		{name: "egress limited", np: v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true), Egress: &v1alpha1.EgressSpec{
 			DatabaseCIDRs: []string{"10.0.0.0/24"}, SinkCIDRs: []string{"10.1.0.0/16"}, SinkPorts: []int32{8080}}}, wantEgress: 3},
-		{name: "egress database only", np: v1alpha1.NetworkPolicySpec{Enabled: true, Egress: &v1alpha1.EgressSpec{
+		{name: "egress database only", np: v1alpha1.NetworkPolicySpec{Enabled: ptr.To(true), Egress: &v1alpha1.EgressSpec{
 			DatabaseCIDRs: []string{"10.0.0.0/24"}, DatabasePort: 6432}}, wantEgress: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,300 @@
+package controllers_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+const (
+	testImage = "hookkeeper:test"
+	timeout   = 30 * time.Second
+	poll      = 100 * time.Millisecond
+)
+
+// env is the shared fixture: one kube-apiserver and one running manager for the package.
+type env struct {
+	ctx    context.Context
+	k8s    client.Client // direct, uncached: what a user sees
+	scheme *runtime.Scheme
+	// direct reconciles synchronously with an uncached client, for assertions that a
+	// reconcile happened and changed nothing.
+	direct *controllers.WebhookEndpointReconciler
+}
+
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	// Errors only: the reconciler's expected conflicts and retries are not news.
+	logf.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
+	cfg := testsupport.StartEnvtest(t)
+	scheme := runtime.NewScheme()
+	if err := controllers.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: testImage}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return &env{
+		ctx: ctx, k8s: k8s, scheme: scheme,
+		direct: &controllers.WebhookEndpointReconciler{
+			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage},
+		},
+	}
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: randomName("hk")}}
+	if err := e.k8s.Create(e.ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	// envtest has no namespace controller: deleting marks the namespace Terminating and
+	// leaves its objects in the throwaway etcd, which is fine.
+	t.Cleanup(func() { _ = e.k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+func (e *env) secret(t *testing.T, ns, name string, data map[string]string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	if err := e.k8s.Create(e.ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func keyRef(name, key string) corev1.SecretKeySelector {
+	return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
+}
+
+// withSecrets creates the Secrets a validEndpoint references.
+func (e *env) withSecrets(t *testing.T, ns string) {
+	t.Helper()
+	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current", "previous": "whsec_previous"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": "postgres://app@db.example:5432/app"})
+}
+
+func validEndpoint(ns, name string) *v1alpha1.WebhookEndpoint {
+	return &v1alpha1.WebhookEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.WebhookEndpointSpec{
+			Provider:       v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
+			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: keyRef("stripe", "current")}},
+			Event:          v1alpha1.EventSpec{EntityKey: "body.data.object.metadata.client_txn_id"},
+			Database:       v1alpha1.DatabaseSpec{URLSecretRef: keyRef("db-app", "uri")},
+			StateMachine: v1alpha1.StateMachineSpec{
+				Initial: "payment_pending",
+				States:  []string{"payment_pending", "paid"},
+				Transitions: []v1alpha1.Transition{{
+					Name: "capture", On: []string{"payment_intent.succeeded"},
+					From: []string{"payment_pending"}, To: "paid",
+				}},
+			},
+			Delivery: v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://fulfilment.shop.svc:8080/events"}},
+			Receiver: v1alpha1.ReceiverSpec{Replicas: ptr.To[int32](2), Path: "/stripe"},
+		},
+	}
+}
+
+func (e *env) create(t *testing.T, ep *v1alpha1.WebhookEndpoint) *v1alpha1.WebhookEndpoint {
+	t.Helper()
+	if err := e.k8s.Create(e.ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
+func (e *env) get(g Gomega, obj client.Object) {
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+}
+
+// endpoint fetches the current endpoint.
+func (e *env) endpoint(g Gomega, ep *v1alpha1.WebhookEndpoint) *v1alpha1.WebhookEndpoint {
+	cur := &v1alpha1.WebhookEndpoint{}
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
+	return cur
+}
+
+func condition(ep *v1alpha1.WebhookEndpoint, t string) metav1.Condition {
+	for _, c := range ep.Status.Conditions {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{Type: t, Status: "Absent"}
+}
+
+// waitCondition waits until the endpoint's condition has status and reason and returns
+// the endpoint as it was then.
+func (e *env) waitCondition(t *testing.T, ep *v1alpha1.WebhookEndpoint, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.WebhookEndpoint {
+	t.Helper()
+	var cur *v1alpha1.WebhookEndpoint
+	NewWithT(t).Eventually(func(g Gomega) {
+		cur = e.endpoint(g, ep)
+		c := condition(cur, condType)
+		g.Expect(c.Status).To(Equal(status), "condition %s: %+v", condType, c)
+		g.Expect(c.Reason).To(Equal(reason), "condition %s: %+v", condType, c)
+		g.Expect(c.ObservedGeneration).To(Equal(cur.Generation))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	return cur
+}
+
+func key(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// completeJob plays the Job controller: the migration Job succeeded.
+func (e *env) completeJob(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
+	t.Helper()
+	job := &batchv1.Job{}
+	NewWithT(t).Eventually(func() error {
+		return e.k8s.Get(e.ctx, key(ep.Namespace, resources.MigrationJobName(ep)), job)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.CompletionTime = &now
+	job.Status.Succeeded = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
+	}
+	if err := e.k8s.Status().Update(e.ctx, job); err != nil {
+		t.Fatalf("complete Job: %v", err)
+	}
+}
+
+// makeAvailable plays the Deployment controller: every replica of the current template
+// is updated and available.
+func (e *env) makeAvailable(t *testing.T, ep *v1alpha1.WebhookEndpoint) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(e.ctx, key(ep.Namespace, resources.ReceiverName(ep)), d)).To(Succeed())
+		n := *d.Spec.Replicas
+		d.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{{
+				Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
+				LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+			}},
+		}
+		g.Expect(e.k8s.Status().Update(e.ctx, d)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	return d
+}
+
+// ready drives a new endpoint to Ready=True: create, complete the migration, make the
+// Deployment available.
+func (e *env) ready(t *testing.T, ep *v1alpha1.WebhookEndpoint) *v1alpha1.WebhookEndpoint {
+	t.Helper()
+	e.create(t, ep)
+	e.completeJob(t, ep)
+	e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+	e.makeAvailable(t, ep)
+	return e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+}
+
+// reconcileNow runs one reconcile synchronously.
+func (e *env) reconcileNow(t *testing.T, ep *v1alpha1.WebhookEndpoint) ctrl.Result {
+	t.Helper()
+	res, err := e.direct.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ep)})
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	return res
+}
+
+// touch changes a label, which makes the manager reconcile the endpoint.
+func (e *env) touch(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		if cur.Labels == nil {
+			cur.Labels = map[string]string{}
+		}
+		cur.Labels["test.hookkeeper.dev/touch"] = randomName("t")
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+func configHash(d *appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[resources.AnnotationConfigHash]
+}
+
+func signingEnv(d *appsv1.Deployment) []string {
+	var keys []string
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if strings.HasPrefix(e.Name, "HOOKKEEPER_SIGNING_SECRET_") {
+			keys = append(keys, e.Name+"="+e.ValueFrom.SecretKeyRef.Key)
+		}
+	}
+	return keys
+}
+
+// gatewayCRDs are the pinned Gateway API module's standard HTTPRoute and Gateway CRDs.
+func gatewayCRDs(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		t.Fatalf("locate sigs.k8s.io/gateway-api: %v", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+	return []string{
+		filepath.Join(dir, "gateway.networking.k8s.io_httproutes.yaml"),
+		filepath.Join(dir, "gateway.networking.k8s.io_gateways.yaml"),
+	}
+}

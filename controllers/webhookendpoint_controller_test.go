@@ -1,0 +1,555 @@
+package controllers_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+// TestWebhookEndpointController runs every controller scenario against one envtest and
+// one manager. The order matters where CRDs get installed: the scenarios without the
+// Prometheus Operator and Gateway API CRDs run first.
+func TestWebhookEndpointController(t *testing.T) {
+	e := startEnv(t)
+	t.Run("AdmissionRejectsUnknownTargetState", e.testAdmission)
+	t.Run("ValidEndpointMigratesThenRuns", e.testLifecycle)
+	t.Run("InvalidCELStopsBeforeAnyPod", e.testInvalidConfig)
+	t.Run("MissingSecretKeyStopsBeforeAnyPod", e.testMissingSecret)
+	t.Run("SecretRotationRollsPods", e.testRotation)
+	t.Run("ExpiredSecretDroppedAtExpiresAt", e.testExpiry)
+	t.Run("MigrationFailureReportsTerminationMessage", e.testMigrationFailure)
+	t.Run("NetworkPolicy", e.testNetworkPolicy)
+	t.Run("IngressExposure", e.testIngress)
+	t.Run("MonitoringOnlyWithCRDs", e.testMonitoring)
+	t.Run("HTTPRouteExposure", e.testHTTPRoute)
+}
+
+func (e *env) testAdmission(t *testing.T) {
+	ns := e.namespace(t)
+	ep := validEndpoint(ns, "bad-to")
+	ep.Spec.StateMachine.Transitions[0].To = "shipped"
+	err := e.k8s.Create(e.ctx, ep)
+	if err == nil || !apierrors.IsInvalid(err) {
+		t.Fatalf("create: %v, want Invalid", err)
+	}
+	if !strings.Contains(err.Error(), "transition capture: to shipped is not one of stateMachine.states") {
+		t.Errorf("message does not name the transition and state: %v", err)
+	}
+}
+
+func ownedBy(t *testing.T, obj client.Object, ep *v1alpha1.WebhookEndpoint) {
+	t.Helper()
+	refs := obj.GetOwnerReferences()
+	if len(refs) != 1 || refs[0].UID != ep.UID || refs[0].Kind != "WebhookEndpoint" ||
+		!ptr.Deref(refs[0].Controller, false) || !ptr.Deref(refs[0].BlockOwnerDeletion, false) {
+		t.Errorf("%T %s owner references = %+v: want one controller reference to the endpoint with blockOwnerDeletion",
+			obj, obj.GetName(), refs)
+	}
+}
+
+func (e *env) testLifecycle(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := e.create(t, validEndpoint(ns, "orders"))
+
+	// The migration Job comes first; the Deployment waits for it.
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrating)
+	job := &batchv1.Job{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), job)).To(Succeed())
+	g.Expect(job.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"migrate"}))
+	g.Expect(job.Spec.Template.Spec.Containers[0].Image).To(Equal(testImage))
+	g.Expect(condition(cur, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(condition(cur, v1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
+	err := e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &appsv1.Deployment{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Deployment before the migration completed: %v", err)
+
+	e.completeJob(t, ep)
+	e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonRollingOut)
+	g.Expect(condition(cur, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+
+	d := &appsv1.Deployment{}
+	svc := &corev1.Service{}
+	sa := &corev1.ServiceAccount{}
+	pdb := &policyv1.PodDisruptionBudget{}
+	np := &networkingv1.NetworkPolicy{}
+	name := resources.ReceiverName(ep)
+	for _, obj := range []client.Object{d, svc, sa, pdb, np} {
+		g.Expect(e.k8s.Get(e.ctx, key(ns, name), obj)).To(Succeed(), "%T", obj)
+		ownedBy(t, obj, cur)
+	}
+	ownedBy(t, job, cur)
+	g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+	g.Expect(*d.Spec.Template.Spec.AutomountServiceAccountToken).To(BeFalse())
+	g.Expect(*sa.AutomountServiceAccountToken).To(BeFalse())
+	g.Expect(configHash(d)).To(HaveLen(64))
+	g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+
+	e.makeAvailable(t, ep)
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	g.Expect(cur.Status.URL).To(Equal("http://orders-receiver." + ns + ".svc/stripe"))
+	g.Expect(cur.Status.ObservedGeneration).To(Equal(cur.Generation))
+	g.Expect(cur.Status.ActiveSecrets).To(Equal(int32(1)))
+	g.Expect(cur.Status.SchemaVersion).To(BeNumerically(">", 0))
+	g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReconciling)).To(BeNil())
+	g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionStalled)).To(BeNil())
+
+	// Events tell the story.
+	g.Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, ev := range list.Items {
+			reasons = append(reasons, ev.Reason)
+		}
+		g.Expect(reasons).To(ContainElements(controllers.EventMigrationStarted, controllers.EventMigrationSucceeded,
+			controllers.EventReceiverAvailable))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// A reconcile with nothing changed writes nothing.
+	before := e.resourceVersions(t, ep)
+	e.reconcileNow(t, ep)
+	e.reconcileNow(t, ep)
+	g.Expect(e.resourceVersions(t, ep)).To(Equal(before))
+
+	// One replica: no PodDisruptionBudget.
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		cur.Spec.Receiver.Replicas = ptr.To[int32](1)
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, name), &policyv1.PodDisruptionBudget{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+
+	// Deleting the endpoint: envtest runs no garbage collector, so the owner references
+	// checked above (controller, blockOwnerDeletion) are what makes the cluster's GC
+	// remove the owned objects. Here: the endpoint itself goes without a finalizer.
+	g.Expect(e.k8s.Delete(e.ctx, cur)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(ep), &v1alpha1.WebhookEndpoint{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+}
+
+// resourceVersions of the endpoint and every object it owns.
+func (e *env) resourceVersions(t *testing.T, ep *v1alpha1.WebhookEndpoint) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	name := resources.ReceiverName(ep)
+	for label, obj := range map[string]client.Object{
+		"endpoint":       &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: ep.Name, Namespace: ep.Namespace}},
+		"job":            &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.MigrationJobName(ep), Namespace: ep.Namespace}},
+		"deployment":     &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ep.Namespace}},
+		"service":        &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ep.Namespace}},
+		"serviceaccount": &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ep.Namespace}},
+		"pdb":            &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ep.Namespace}},
+		"networkpolicy":  &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ep.Namespace}},
+	} {
+		if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatalf("get %s: %v", label, err)
+		}
+		out[label] = obj.GetResourceVersion()
+	}
+	return out
+}
+
+func (e *env) noReceiverObjects(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
+	t.Helper()
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &batchv1.Job{}} {
+		name := resources.ReceiverName(ep)
+		if _, ok := obj.(*batchv1.Job); ok {
+			name = resources.MigrationJobName(ep)
+		}
+		if err := e.k8s.Get(e.ctx, key(ep.Namespace, name), obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s exists (err %v); nothing may run before the config and Secrets are good", obj, name, err)
+		}
+	}
+}
+
+func (e *env) testInvalidConfig(t *testing.T) {
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "bad-cel")
+	ep.Spec.Event.EntityKey = "body.data.object.metadata.client_txn_id +"
+	e.create(t, ep)
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionConfigValid, metav1.ConditionFalse, controllers.ReasonInvalidConfig)
+	msg := condition(cur, v1alpha1.ConditionConfigValid).Message
+	if !strings.Contains(msg, "spec.event.entityKey") {
+		t.Errorf("message %q does not name the field", msg)
+	}
+	if c := condition(cur, v1alpha1.ConditionReady); c.Status != metav1.ConditionFalse || c.Reason != controllers.ReasonInvalidConfig {
+		t.Errorf("Ready = %+v", c)
+	}
+	if c := condition(cur, v1alpha1.ConditionStalled); c.Status != metav1.ConditionTrue {
+		t.Errorf("Stalled = %+v", c)
+	}
+	e.noReceiverObjects(t, ep)
+}
+
+func (e *env) testMissingSecret(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.secret(t, ns, "stripe", map[string]string{"previous": "whsec_previous"})
+	ep := e.create(t, validEndpoint(ns, "no-key"))
+
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, controllers.ReasonKeyNotFound)
+	msg := condition(cur, v1alpha1.ConditionSecretsResolved).Message
+	g.Expect(msg).To(ContainSubstring("Secret " + ns + "/stripe has no key \"current\""))
+	g.Expect(msg).To(ContainSubstring("spec.signingSecrets[0].secretKeyRef"))
+	g.Expect(msg).NotTo(ContainSubstring("whsec_"))
+	e.noReceiverObjects(t, ep)
+
+	// Fixing the key (a Secret event, through the field index) moves on to the next
+	// missing piece: the database Secret does not exist at all.
+	s := &corev1.Secret{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, "stripe"), s)).To(Succeed())
+	s.Data["current"] = []byte("whsec_current")
+	g.Expect(e.k8s.Update(e.ctx, s)).To(Succeed())
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, controllers.ReasonSecretNotFound)
+	g.Expect(condition(cur, v1alpha1.ConditionSecretsResolved).Message).To(
+		ContainSubstring("Secret " + ns + "/db-app not found (referenced by spec.database.urlSecretRef)"))
+	e.noReceiverObjects(t, ep)
+
+	e.secret(t, ns, "db-app", map[string]string{"uri": "postgres://db/app"})
+	e.waitCondition(t, ep, v1alpha1.ConditionSecretsResolved, metav1.ConditionTrue, controllers.ReasonResolved)
+	e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrating)
+}
+
+func (e *env) deployment(g Gomega, ep *v1alpha1.WebhookEndpoint) *appsv1.Deployment {
+	d := &appsv1.Deployment{}
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, key(ep.Namespace, resources.ReceiverName(ep)), d)).To(Succeed())
+	return d
+}
+
+func (e *env) testRotation(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	e.secret(t, ns, "unrelated", map[string]string{"x": "1"})
+	ep := e.ready(t, validEndpoint(ns, "rotate"))
+	hash0 := configHash(e.deployment(g, ep))
+
+	// An unrelated Secret and an unreferenced key of a referenced Secret change nothing.
+	for _, change := range []struct{ secret, key string }{{"unrelated", "x"}, {"stripe", "previous"}} {
+		s := &corev1.Secret{}
+		g.Expect(e.k8s.Get(e.ctx, key(ns, change.secret), s)).To(Succeed())
+		s.Data[change.key] = []byte("changed")
+		g.Expect(e.k8s.Update(e.ctx, s)).To(Succeed())
+		before := e.resourceVersions(t, ep)
+		e.reconcileNow(t, ep)
+		g.Expect(configHash(e.deployment(g, ep))).To(Equal(hash0), "changing %s/%s", change.secret, change.key)
+		g.Expect(e.resourceVersions(t, ep)).To(Equal(before), "changing %s/%s", change.secret, change.key)
+	}
+
+	// Rotating the referenced key rolls the pods, through the Secret watch.
+	s := &corev1.Secret{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, "stripe"), s)).To(Succeed())
+	s.Data["current"] = []byte("whsec_rotated")
+	g.Expect(e.k8s.Update(e.ctx, s)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(configHash(e.deployment(g, ep))).NotTo(Equal(hash0))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	e.waitCondition(t, ep, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonRollingOut)
+	g.Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		found := false
+		for _, ev := range list.Items {
+			found = found || ev.Reason == controllers.EventSecretRotated
+			g.Expect(ev.Note).NotTo(ContainSubstring("whsec_"))
+		}
+		g.Expect(found).To(BeTrue(), "a SecretRotated event")
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+func (e *env) testExpiry(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "expiry")
+	expiresAt := metav1.NewTime(time.Now().Add(5 * time.Second).Truncate(time.Second))
+	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{
+		{SecretKeyRef: keyRef("stripe", "previous"), ExpiresAt: &expiresAt},
+		{SecretKeyRef: keyRef("stripe", "current")},
+	}
+	e.create(t, ep)
+	e.completeJob(t, ep)
+	var hash0 string
+	g.Eventually(func(g Gomega) {
+		d := e.deployment(g, ep)
+		g.Expect(signingEnv(d)).To(Equal([]string{"HOOKKEEPER_SIGNING_SECRET_0=previous", "HOOKKEEPER_SIGNING_SECRET_1=current"}))
+		hash0 = configHash(d)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(time.Now().Before(expiresAt.Time)).To(BeTrue(), "the setup took longer than the expiry window")
+
+	// Nothing changes the endpoint or its Secrets: only the requeue at expiresAt can
+	// drop the secret and renumber the rest.
+	g.Eventually(func(g Gomega) {
+		d := e.deployment(g, ep)
+		g.Expect(signingEnv(d)).To(Equal([]string{"HOOKKEEPER_SIGNING_SECRET_0=current"}))
+		g.Expect(configHash(d)).NotTo(Equal(hash0))
+		g.Expect(e.endpoint(g, ep).Status.ActiveSecrets).To(Equal(int32(1)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(time.Now().Before(expiresAt.Time)).To(BeFalse())
+}
+
+func (e *env) testMigrationFailure(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := e.create(t, validEndpoint(ns, "migfail"))
+	job := &batchv1.Job{}
+	g.Eventually(func() error {
+		return e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), job)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// Play the Job controller and kubelet: one pod failed with a termination message.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-abcde", Namespace: ns,
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	}
+	g.Expect(e.k8s.Create(e.ctx, pod)).To(Succeed())
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "migrate", Image: testImage,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 1, Reason: "Error", Message: "permission denied for database app", FinishedAt: metav1.Now(),
+		}},
+	}}
+	g.Expect(e.k8s.Status().Update(e.ctx, pod)).To(Succeed())
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.Failed = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now, LastProbeTime: now},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now, LastProbeTime: now},
+	}
+	g.Expect(e.k8s.Status().Update(e.ctx, job)).To(Succeed())
+
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrationFailed)
+	msg := condition(cur, v1alpha1.ConditionDatabaseMigrated).Message
+	g.Expect(msg).To(ContainSubstring("permission denied for database app"))
+	g.Expect(msg).To(ContainSubstring(job.Name))
+	g.Expect(condition(cur, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionTrue))
+	e.noReceiverObjectsExceptJob(t, ep)
+}
+
+func (e *env) noReceiverObjectsExceptJob(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
+	t.Helper()
+	err := e.k8s.Get(e.ctx, key(ep.Namespace, resources.ReceiverName(ep)), &appsv1.Deployment{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment exists after a failed migration (err %v)", err)
+	}
+}
+
+func (e *env) testNetworkPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "fenced")
+	ep.Spec.NetworkPolicy = v1alpha1.NetworkPolicySpec{
+		Enabled:     ptr.To(true),
+		MetricsFrom: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+		Egress:      &v1alpha1.EgressSpec{DatabaseCIDRs: []string{"10.0.0.0/24"}, SinkCIDRs: []string{"10.1.0.0/16"}, SinkPorts: []int32{8080}},
+	}
+	e.ready(t, ep)
+	np := &networkingv1.NetworkPolicy{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), np)).To(Succeed())
+	g.Expect(np.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress))
+	g.Expect(np.Spec.Ingress).To(HaveLen(2))
+	g.Expect(np.Spec.Ingress[0].From).To(BeEmpty())
+	g.Expect(np.Spec.Ingress[1].From[0].NamespaceSelector.MatchLabels).To(HaveKeyWithValue("kubernetes.io/metadata.name", "monitoring"))
+	g.Expect(np.Spec.Egress).To(HaveLen(3))
+	g.Expect(np.Spec.Egress[1].To[0].IPBlock.CIDR).To(Equal("10.0.0.0/24"))
+
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		cur.Spec.NetworkPolicy.Enabled = ptr.To(false)
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &networkingv1.NetworkPolicy{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+}
+
+func (e *env) testIngress(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "ing")
+	ep.Spec.Exposure = &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
+		ClassName: "nginx", Host: "hooks.example.com", TLSSecretName: "hooks-tls",
+		Annotations: map[string]string{"cert-manager.io/cluster-issuer": "letsencrypt"},
+	}}
+	e.create(t, ep)
+	e.completeJob(t, ep)
+	e.makeAvailable(t, ep)
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionExposed, metav1.ConditionFalse, controllers.ReasonIngressPending)
+	g.Expect(cur.Status.URL).To(Equal("http://ing-receiver." + ns + ".svc/stripe"))
+	g.Expect(condition(cur, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
+
+	ing := &networkingv1.Ingress{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), ing)).To(Succeed())
+	ownedBy(t, ing, cur)
+	g.Expect(*ing.Spec.IngressClassName).To(Equal("nginx"))
+	g.Expect(ing.Annotations).To(HaveKeyWithValue("cert-manager.io/cluster-issuer", "letsencrypt"))
+	g.Expect(ing.Spec.TLS[0].SecretName).To(Equal("hooks-tls"))
+	path := ing.Spec.Rules[0].HTTP.Paths[0]
+	g.Expect(path.Path).To(Equal("/stripe"))
+	g.Expect(path.Backend.Service.Port.Name).To(Equal("http"))
+
+	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}
+	g.Expect(e.k8s.Status().Update(e.ctx, ing)).To(Succeed())
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	g.Expect(cur.Status.URL).To(Equal("https://hooks.example.com/stripe"))
+	g.Expect(condition(cur, v1alpha1.ConditionExposed).Reason).To(Equal(controllers.ReasonLoadBalanced))
+
+	// Removing the exposure removes the Ingress and the public URL.
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		cur.Spec.Exposure = nil
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), &networkingv1.Ingress{}))).To(BeTrue())
+		cur := e.endpoint(g, ep)
+		g.Expect(cur.Status.URL).To(HavePrefix("http://ing-receiver."))
+		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)).To(BeNil())
+		g.Expect(condition(cur, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+func monitoringObject(kind, ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(resources.MonitoringGroupVersion.WithKind(kind))
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+func (e *env) testMonitoring(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := e.ready(t, validEndpoint(ns, "mon"))
+	// Without the CRDs the endpoint is Ready (above) and the kind is not even served.
+	err := e.k8s.Get(e.ctx, key(ns, resources.MonitoringName(ep)), monitoringObject("ServiceMonitor", ns, resources.MonitoringName(ep)))
+	g.Expect(meta.IsNoMatchError(err)).To(BeTrue(), "ServiceMonitor must not be served yet: %v", err)
+
+	testsupport.InstallCRDs(t, "testdata/monitoring.coreos.com.yaml")
+	e.touch(t, ep)
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+		obj := monitoringObject(kind, ns, resources.MonitoringName(ep))
+		g.Eventually(func() error {
+			return e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj)
+		}).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), kind)
+		cur := e.endpoint(g, ep)
+		ownedBy(t, obj, cur)
+	}
+
+	// Disabling the ServiceMonitor removes it.
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		cur.Spec.Monitoring.ServiceMonitor.Enabled = ptr.To(false)
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func() bool {
+		obj := monitoringObject("ServiceMonitor", ns, resources.MonitoringName(ep))
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+}
+
+func (e *env) testHTTPRoute(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "route")
+	ep.Spec.Exposure = &v1alpha1.ExposureSpec{HTTPRoute: &v1alpha1.HTTPRouteExposure{
+		ParentRefs: []v1alpha1.ParentReference{{Name: "public", Namespace: "gateways", SectionName: "https"}},
+		Hostnames:  []string{"hooks.example.com"},
+		Path:       "/hooks/stripe",
+	}}
+	e.create(t, ep)
+	e.completeJob(t, ep)
+	e.makeAvailable(t, ep)
+
+	// No Gateway API: a clear reason, not a crash.
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionFalse, controllers.ReasonGatewayMissing)
+	g.Expect(condition(cur, v1alpha1.ConditionExposed).Reason).To(Equal(controllers.ReasonGatewayMissing))
+	g.Expect(condition(cur, v1alpha1.ConditionExposed).Message).To(ContainSubstring("Gateway API CRDs"))
+	g.Expect(cur.Status.URL).To(HavePrefix("http://route-receiver."))
+
+	testsupport.InstallCRDs(t, gatewayCRDs(t)...)
+	e.touch(t, ep)
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionExposed, metav1.ConditionFalse, controllers.ReasonRoutePending)
+	route := &gatewayv1.HTTPRoute{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), route)).To(Succeed())
+	ownedBy(t, route, cur)
+	g.Expect(route.Spec.ParentRefs).To(HaveLen(1))
+	parent := route.Spec.ParentRefs[0]
+	g.Expect(string(parent.Name)).To(Equal("public"))
+	g.Expect(string(*parent.Namespace)).To(Equal("gateways"))
+	g.Expect(string(*parent.SectionName)).To(Equal("https"))
+	g.Expect(route.Spec.Hostnames).To(Equal([]gatewayv1.Hostname{"hooks.example.com"}))
+	rule := route.Spec.Rules[0]
+	g.Expect(*rule.Matches[0].Path.Type).To(Equal(gatewayv1.PathMatchPathPrefix))
+	g.Expect(*rule.Matches[0].Path.Value).To(Equal("/hooks/stripe"))
+	g.Expect(rule.BackendRefs).To(HaveLen(1))
+	g.Expect(string(rule.BackendRefs[0].Name)).To(Equal(resources.ReceiverName(ep)))
+	g.Expect(*rule.BackendRefs[0].Port).To(Equal(gatewayv1.PortNumber(80)))
+
+	// A reconcile with the route in place changes nothing.
+	rv := route.ResourceVersion
+	e.reconcileNow(t, ep)
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), route)).To(Succeed())
+	g.Expect(route.ResourceVersion).To(Equal(rv), "HTTPRoute rewritten by a no-op reconcile")
+
+	// The Gateway accepts the route: the public URL.
+	route.Status.Parents = []gatewayv1.RouteParentStatus{{
+		ParentRef:      parent,
+		ControllerName: "example.com/gateway-controller",
+		Conditions: []metav1.Condition{{
+			Type: string(gatewayv1.RouteConditionAccepted), Status: metav1.ConditionTrue, Reason: "Accepted",
+			ObservedGeneration: route.Generation, LastTransitionTime: metav1.Now(),
+		}},
+	}}
+	g.Expect(e.k8s.Status().Update(e.ctx, route)).To(Succeed())
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	g.Expect(cur.Status.URL).To(Equal("https://hooks.example.com/hooks/stripe"))
+	g.Expect(condition(cur, v1alpha1.ConditionExposed).Reason).To(Equal(controllers.ReasonAccepted))
+
+	// Removing the exposure removes the route.
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		cur.Spec.Exposure = nil
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), &gatewayv1.HTTPRoute{}))).To(BeTrue())
+		cur := e.endpoint(g, ep)
+		g.Expect(cur.Status.URL).To(HavePrefix("http://route-receiver."))
+		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)).To(BeNil())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
