@@ -22,6 +22,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -98,7 +99,11 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	metrics.Register(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep), log.WithName("webhook"))
+	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, os.Getenv, refetch.Options{Logger: log.WithName("refetch")})
+	if err != nil {
+		return fmt.Errorf("configure refetch: %w", err)
+	}
+	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
 	if err != nil {
 		return err
 	}

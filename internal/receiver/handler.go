@@ -15,6 +15,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
@@ -189,6 +190,10 @@ func (h *handler) unavailable(w http.ResponseWriter, start time.Time, events []e
 		outcome = string(receipt.OutcomeUnmatched)
 		h.opts.Logger.Info("webhook deferred: retry later", "eventID", events[0].ID, "type", events[0].Type,
 			"events", len(events), "reason", err.Error(), "latency", time.Since(start))
+	} else if errors.Is(err, refetch.ErrUnavailable) {
+		// The provider's read API failed (or rejected the key): nothing was stored.
+		h.opts.Logger.Error(err, "webhook not recorded: provider re-fetch", "eventID", events[0].ID, "type", events[0].Type,
+			"events", len(events), "latency", time.Since(start))
 	} else {
 		h.opts.Logger.Error(err, "webhook not recorded: database", "eventID", events[0].ID, "type", events[0].Type,
 			"events", len(events), "latency", time.Since(start))

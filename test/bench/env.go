@@ -77,6 +77,7 @@ type Process struct {
 	cmd       *exec.Cmd
 	AdminAddr string
 	exited    chan error
+	exitErr   error
 }
 
 // StartHookkeeper runs the hookkeeper binary with args and env and waits until
@@ -108,7 +109,7 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 		}
 		select {
 		case err := <-p.exited:
-			return nil, fmt.Errorf("hookkeeper %s exited before it was ready (%v); see %s", args[0], err, logFile.Name())
+			return nil, fmt.Errorf("hookkeeper %s exited before it was ready (see %s): %w", args[0], logFile.Name(), err)
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
@@ -171,10 +172,11 @@ func (p *Process) CPUTime() (time.Duration, error) {
 func (p *Process) Stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.exited:
+	case err := <-p.exited:
+		p.exitErr = err
 	case <-time.After(15 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-p.exited
+		p.exitErr = <-p.exited
 	}
 }
 

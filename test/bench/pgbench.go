@@ -110,8 +110,11 @@ func runPgbench(ctx context.Context, env *Env, dbURL string, clients, orders int
 // per-transaction log line pgbench wrote.
 func readPgbenchLogs(dir string) ([]time.Duration, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "txn.*"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("find pgbench logs in %s: %v", dir, err)
+	if err != nil {
+		return nil, fmt.Errorf("find pgbench logs in %s: %w", dir, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("pgbench wrote no transaction log in %s", dir)
 	}
 	var lat []time.Duration
 	for _, name := range files {
