@@ -91,7 +91,7 @@ func ReadManifest(manifestFile string, getenv func(string) string) (*v1alpha1.We
 	var data []byte
 	source := EnvEndpoint
 	if manifestFile != "" {
-		b, err := os.ReadFile(manifestFile)
+		b, err := os.ReadFile(manifestFile) //nolint:gosec // the path is the operator's own --endpoint flag
 		if err != nil {
 			return nil, fmt.Errorf("read endpoint manifest: %w", err)
 		}

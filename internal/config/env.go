@@ -16,7 +16,7 @@ const (
 	// (spec.delivery.signingSecretRef).
 	EnvDeliverySecret = "HOOKKEEPER_DELIVERY_SECRET"
 	// EnvRefetchAPIKey holds the provider API key (spec.provider.refetch.apiKeySecretRef).
-	EnvRefetchAPIKey = "HOOKKEEPER_REFETCH_API_KEY"
+	EnvRefetchAPIKey = "HOOKKEEPER_REFETCH_API_KEY" //nolint:gosec // a variable name, not a credential
 	// EnvPodIP is the address to listen on (the downward API's status.podIP); all
 	// interfaces when empty.
 	EnvPodIP = "POD_IP"

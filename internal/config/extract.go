@@ -196,7 +196,7 @@ func AdyenItems(payload []byte) ([]json.RawMessage, error) {
 		return nil, fmt.Errorf("parse Adyen notification: %w", err)
 	}
 	if len(batch.NotificationItems) == 0 {
-		return nil, errors.New("Adyen notification has no notificationItems")
+		return nil, errors.New("the Adyen notification has no notificationItems")
 	}
 	items := make([]json.RawMessage, len(batch.NotificationItems))
 	for i, it := range batch.NotificationItems {
@@ -276,8 +276,8 @@ func optional(p *expr.Program, vars map[string]any) ref.Val {
 // jsonPayload returns the JSON document of a request: the body, or for form-encoded
 // requests (GitHub's form content type, Slack interactivity) the `payload` field.
 func jsonPayload(body []byte, header http.Header) ([]byte, error) {
-	mt, _, err := mime.ParseMediaType(header.Get("Content-Type"))
-	if err != nil || mt != "application/x-www-form-urlencoded" {
+	// An unparsable Content-Type is treated as JSON: the body parse then decides.
+	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
 		return body, nil
 	}
 	form, err := url.ParseQuery(string(body))

@@ -110,7 +110,7 @@ func AsInt(v ref.Val) (int64, error) {
 func AsTime(v ref.Val) (time.Time, error) {
 	switch t := v.(type) {
 	case types.Timestamp:
-		return t.Time.UTC(), nil
+		return t.UTC(), nil
 	case types.Int:
 		return time.Unix(int64(t), 0).UTC(), nil
 	case types.Uint:

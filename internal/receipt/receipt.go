@@ -52,10 +52,12 @@
 //
 // An applied transition with `emit` inserts one outbox row whose dedupe_key is
 // DedupeKey(endpoint, event id, emit): stable across retries, replays and replicas.
-// Its payload is
+// The row's columns carry the dedupe key, the emitted type, the entity key, the source
+// event id and occurredAt (the dispatcher's envelope); its payload (the envelope's data)
+// adds what only the transaction knows:
 //
-//	{"id": dedupe_key, "type": emit, "entityKey", "transition", "from", "to", "occurredAt",
-//	 "source": {"id", "type", "receivedAt"}, "data": <the event's raw JSON>}
+//	{"transition", "from", "to", "source": {"id", "type", "receivedAt"},
+//	 "event": <the provider event's raw JSON>}
 //
 // built in SQL from the stored receipt, so the raw body crosses the network once.
 // NOTIFY wakes dispatchers at commit (a trigger of migration 00001).

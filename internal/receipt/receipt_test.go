@@ -69,7 +69,7 @@ func TestConcurrentCopiesOfOneEventApplyOnce(t *testing.T) {
 		t.Fatalf("dedupe key = %s, want %s", got, wantKey)
 	}
 	payload := f.str(`SELECT payload::text FROM hk.outbox`)
-	for _, want := range []string{`"type": "order.paid"`, `"transition": "capture"`, `"from": "payment_pending"`, `"to": "paid"`, `"data": {"id": "evt_cap"`} {
+	for _, want := range []string{`"transition": "capture"`, `"from": "payment_pending"`, `"to": "paid"`, `"event": {"id": "evt_cap"`, `"type": "payment_intent.succeeded"`} {
 		if !strings.Contains(payload, want) {
 			t.Fatalf("outbox payload %s lacks %s", payload, want)
 		}
@@ -488,4 +488,54 @@ func TestRoundTrips(t *testing.T) {
 	measure("guard_failed", 2, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), func(r Result) bool { return r.Outcome == OutcomeGuardFailed })
 	measure("duplicate", 2, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), func(r Result) bool { return r.Duplicate })
 	measure("unhandled", 1, ev("e3", "customer.created", "", 0, t0), func(r Result) bool { return r.Outcome == OutcomeUnhandled })
+}
+
+func TestLiveObjectFeedsTheGuard(t *testing.T) {
+	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
+	we.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: secretRef("stripe", "key"), Transitions: []string{"capture"}}
+	we.Spec.StateMachine.Transitions[0].Guard = `live != null && live.status == "succeeded" && event.amount == entity.amount`
+	f := newFixture(t, we)
+	for _, k := range []string{"o-ok", "o-stale", "o-gone", "o-down", "o-none"} {
+		f.managedEntity(k, "payment_pending", 10)
+	}
+	calls := 0
+	rec := NewRecorder(f.pool, f.ep, WithLive(func(_ context.Context, e Event) (any, error) {
+		calls++
+		switch e.EntityKey {
+		case "o-ok":
+			return LiveValue{Value: map[string]any{"status": "succeeded"}, Detail: "refetch: pi is succeeded"}, nil
+		case "o-stale":
+			return map[string]any{"status": "processing"}, nil
+		case "o-gone":
+			return nil, &LiveRejected{Detail: "refetch: object not found"}
+		case "o-down":
+			return nil, errors.New("provider unavailable")
+		}
+		return nil, nil
+	}))
+	record := func(key string) (Result, error) {
+		return rec.Record(f.ctx, ev("evt_"+key, "payment_intent.succeeded", key, 10, t0))
+	}
+	if r, err := record("o-ok"); err != nil || r.Outcome != OutcomeApplied || !strings.Contains(r.Detail, "pi is succeeded") {
+		t.Fatalf("live succeeded: %+v %v", r, err)
+	}
+	if r, err := record("o-stale"); err != nil || r.Outcome != OutcomeGuardFailed {
+		t.Fatalf("live processing: %+v %v", r, err)
+	}
+	if r, err := record("o-gone"); err != nil || r.Outcome != OutcomeGuardFailed || r.Detail != "refetch: object not found" {
+		t.Fatalf("live rejected: %+v %v", r, err)
+	}
+	if _, err := record("o-down"); err == nil || !strings.Contains(err.Error(), "provider unavailable") {
+		t.Fatalf("live error: err = %v, want it returned", err)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = 'evt_o-down'`); got != 0 {
+		t.Fatalf("a failed fetch stored a receipt")
+	}
+	before := calls
+	if r, err := rec.Record(f.ctx, ev("evt_r", "charge.refunded", "o-none", 10, t0)); err != nil || r.Outcome != OutcomeIgnoredState {
+		t.Fatalf("refund: %+v %v", r, err)
+	}
+	if calls != before {
+		t.Fatalf("an event whose transitions do not re-fetch was fetched")
+	}
 }

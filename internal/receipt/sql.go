@@ -108,11 +108,9 @@ FROM r LEFT JOIN LATERAL (%s) e ON true`, pendingReceipt, app("$1", "$4", "$9", 
   INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
   SELECT $1, $7, $2, $8, ev.event_id,
     jsonb_build_object(
-      'id', $7::text, 'type', $8::text, 'entityKey', $2::text,
       'transition', $10::text, 'from', $3::text, 'to', $4::text,
-      'occurredAt', $5::timestamptz,
       'source', jsonb_build_object('id', ev.event_id, 'type', ev.event_type, 'receivedAt', ev.received_at),
-      'data', ev.payload),
+      'event', ev.payload),
     $5
   FROM u, %s ev
   WHERE ev.id = $6 AND $8::text <> ''

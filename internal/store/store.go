@@ -91,8 +91,8 @@ func Migrate(ctx context.Context, url, schema string) (int64, error) {
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
 
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return 0, fmt.Errorf("create schema %q: %w", schema, err)
+	if err := createSchema(ctx, db, schema); err != nil {
+		return 0, err
 	}
 	provider, err := newProvider(db)
 	if err != nil {
@@ -106,6 +106,31 @@ func Migrate(ctx context.Context, url, schema string) (int64, error) {
 		return 0, fmt.Errorf("read schema version of %q: %w", schema, err)
 	}
 	return v, nil
+}
+
+// createSchema creates schema under a transaction-scoped advisory lock: concurrent
+// CREATE SCHEMA IF NOT EXISTS of one name can otherwise fail on the catalog's unique
+// index, and goose's own lock is only taken after the schema exists.
+func createSchema(ctx context.Context, db *sql.DB, schema string) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("create schema %q: %w", schema, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('hookkeeper.create_schema'))`); err != nil {
+		return fmt.Errorf("lock schema creation: %w", err)
+	}
+	if _, err = tx.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema %q: %w", schema, err)
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("create schema %q: %w", schema, err)
+	}
+	return nil
 }
 
 // CurrentVersion reports the migration version of schema, 0 when never migrated.
