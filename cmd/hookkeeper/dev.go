@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+)
+
+// devReceiverImage is what the operator writes into receiver pods in the dev
+// environment; the dev node runs this binary whatever the image says.
+const devReceiverImage = "hookkeeper:dev"
+
+func init() { rootCmd.AddCommand(newDevCmd()) }
+
+type devFlags struct {
+	binDir   string
+	stateDir string
+	demo     bool
+}
+
+func newDevCmd() *cobra.Command {
+	var f devFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local cluster with the operator and the samples, no Docker needed",
+		Long: "dev starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler from --bin-dir,\n" +
+			"a node agent that runs each Pod as a process of this binary on its own 127.0.0.N address,\n" +
+			"a proxy that makes every Service reachable on 127.0.0.1, PostgreSQL ($" + config.EnvDatabaseURL + ", or a\n" +
+			"throwaway server from the local binaries) and the operator, then applies the Stripe orders\n" +
+			"sample and serves until interrupted. --demo then sends scripted signed webhooks.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), f) },
+	}
+	cmd.Flags().StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default: $"+devcluster.EnvBinDir+", else <repo>/bin)")
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", "", "directory for the kubeconfig, logs and pod logs (default: a temporary directory removed on exit)")
+	cmd.Flags().BoolVar(&f.demo, "demo", false, "send scripted signed Stripe webhooks once ready and print what happened")
+	return cmd
+}
+
+func runDev(parent context.Context, f devFlags) error {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable: %w", err)
+	}
+	if f.binDir == "" {
+		if f.binDir, err = devcluster.DefaultBinDir(); err != nil {
+			return err
+		}
+	}
+	stateDir := f.stateDir
+	if stateDir == "" {
+		if stateDir, err = os.MkdirTemp("", "hookkeeper-dev-"); err != nil {
+			return fmt.Errorf("create state directory: %w", err)
+		}
+		defer func() { _ = os.RemoveAll(stateDir) }()
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(stateDir, "hookkeeper-dev.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // our state directory
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	defer func() { _ = logFile.Close() }()
+	// The terminal shows progress; the operator's and the agent's logs go to a file.
+	log := zap.New(zap.WriteTo(logFile), zap.Level(zapcore.InfoLevel))
+	ctrl.SetLogger(log)
+
+	out := os.Stdout
+	fmt.Fprintf(out, "state and logs in %s\n", stateDir)
+	session, err := devcluster.StartSession(ctx, devcluster.SessionOptions{
+		BinDir:        f.binDir,
+		StateDir:      stateDir,
+		Executable:    self,
+		DatabaseURL:   os.Getenv(config.EnvDatabaseURL),
+		StartOperator: runDevOperator,
+		ApplySamples:  true,
+		Out:           out,
+		Log:           log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(out, "stopping...")
+		session.Stop()
+	}()
+
+	fmt.Fprintf(out, "\nkubeconfig: %s\n  kubectl --kubeconfig %s get pods -A\n", session.Cluster.KubeconfigPath(), session.Cluster.KubeconfigPath())
+	fmt.Fprintf(out, "pod logs:   %s\n", session.Agent.PodLogDir())
+	fmt.Fprintf(out, "sink:       %s/events (records deliveries)\n", session.Sink.URL())
+	for _, ep := range session.Samples.Endpoints {
+		u, err := session.Samples.ReceiverURL(session.Proxy, ep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "receiver:   %s/%s -> POST %s\n", session.Samples.Namespace, ep.Name, u)
+	}
+	fmt.Fprintln(out, "ready")
+
+	if f.demo {
+		if err := devcluster.RunDemo(ctx, session, out); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-session.Failed():
+		return session.Err()
+	}
+}
+
+// runDevOperator runs the operator in this process, as `hookkeeper manager` would, but
+// without leader election and with the metrics and probe servers off.
+func runDevOperator(ctx context.Context, cfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: devReceiverImage}); err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
+	"k8s.io/client-go/rest"
+
+	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
+)
+
+// SessionOptions configures a Session: the whole local environment of `hookkeeper dev`
+// and of the end-to-end tests.
+type SessionOptions struct {
+	// BinDir holds the control-plane binaries (see ClusterOptions.BinDir).
+	BinDir string
+	// StateDir holds the kubeconfig, logs and Pod logs. Empty means a temporary
+	// directory removed by Stop.
+	StateDir string
+	// RepoRoot holds config/crd/bases and config/samples. Defaults to RepoRoot().
+	RepoRoot string
+	// Executable runs every Pod (the hookkeeper binary).
+	Executable string
+	// DatabaseURL is the PostgreSQL the receivers use; empty starts a throwaway server
+	// from the binaries on the machine.
+	DatabaseURL string
+	// StartOperator runs the operator against cfg until ctx is done. Nil runs no
+	// operator (then no samples are applied).
+	StartOperator func(ctx context.Context, cfg *rest.Config) error
+	// ApplySamples applies the Stripe orders sample into SampleNamespace.
+	ApplySamples bool
+	// Out receives progress lines. Defaults to io.Discard.
+	Out io.Writer
+	// Log receives structured logs of the node agent and proxy.
+	Log logr.Logger
+	// ReadyTimeout bounds the wait for the sample's receivers. Defaults to 3 minutes.
+	ReadyTimeout time.Duration
+}
+
+// Session is a running local environment.
+type Session struct {
+	opts SessionOptions
+
+	Cluster *Cluster
+	Agent   *NodeAgent
+	Proxy   *ServiceProxy
+	Sink    *Sink
+	// DatabaseURL is the server's URL (given or throwaway).
+	DatabaseURL string
+	// Samples is set once the samples are applied.
+	Samples *Samples
+
+	pg       *pgtemp.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	errs     []error
+	failed   chan struct{}
+	failOnce sync.Once
+	ownsDir  bool
+}
+
+// StartSession starts the cluster, the node agent, the Service proxy, PostgreSQL, the
+// delivery sink and the operator, and applies the samples. It returns when the sample's
+// receivers are ready (or at once after the operator starts when no samples are
+// applied). Stop undoes everything.
+func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err error) {
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 3 * time.Minute
+	}
+	if opts.RepoRoot == "" {
+		if opts.RepoRoot, err = RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	s := &Session{opts: opts, failed: make(chan struct{})}
+	if s.opts.StateDir == "" {
+		if s.opts.StateDir, err = os.MkdirTemp("", "hookkeeper-dev-"); err != nil {
+			return nil, fmt.Errorf("create state directory: %w", err)
+		}
+		s.ownsDir = true
+	}
+	if err := os.MkdirAll(s.opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	begin := time.Now()
+
+	s.Cluster, err = StartCluster(ctx, ClusterOptions{
+		BinDir:   opts.BinDir,
+		StateDir: filepath.Join(s.opts.StateDir, "cluster"),
+		CRDDirs:  []string{filepath.Join(opts.RepoRoot, "config", "crd", "bases")},
+		Out:      opts.Out,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Agent, err = NewNodeAgent(NodeAgentOptions{
+		Config:     s.Cluster.Config(),
+		Executable: opts.Executable,
+		StateDir:   filepath.Join(s.opts.StateDir, "node"),
+		Out:        opts.Out,
+		Log:        opts.Log.WithName("node"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Proxy, err = NewServiceProxy(ServiceProxyOptions{Config: s.Cluster.Config(), Log: opts.Log.WithName("proxy")})
+	if err != nil {
+		return nil, err
+	}
+	s.goRun(runCtx, "node agent", s.Agent.Run)
+	s.goRun(runCtx, "service proxy", s.Proxy.Run)
+	if err := s.waitFor(ctx, s.Agent.Ready(), "node agent"); err != nil {
+		return nil, err
+	}
+	if err := s.waitFor(ctx, s.Proxy.Ready(), "service proxy"); err != nil {
+		return nil, err
+	}
+
+	s.DatabaseURL = opts.DatabaseURL
+	if s.DatabaseURL == "" {
+		pgBegin := time.Now()
+		if s.pg, err = pgtemp.Start(ctx); err != nil {
+			return nil, fmt.Errorf("start a throwaway PostgreSQL (or set DATABASE_URL): %w", err)
+		}
+		s.DatabaseURL = s.pg.URL
+		fmt.Fprintf(opts.Out, "postgresql (throwaway) up in %.1fs\n", time.Since(pgBegin).Seconds())
+	} else {
+		fmt.Fprintln(opts.Out, "postgresql: using DATABASE_URL")
+	}
+	if s.Sink, err = StartSink(ctx); err != nil {
+		return nil, err
+	}
+
+	if opts.StartOperator != nil {
+		cfg := s.Cluster.Config()
+		s.goRun(runCtx, "operator", func(ctx context.Context) error { return opts.StartOperator(ctx, cfg) })
+		fmt.Fprintln(opts.Out, "operator started (in process)")
+	}
+	if opts.ApplySamples && opts.StartOperator != nil {
+		if s.Samples, err = ApplySamples(ctx, SampleOptions{
+			Config:      s.Cluster.Config(),
+			RepoRoot:    opts.RepoRoot,
+			DatabaseURL: s.DatabaseURL,
+			SinkURL:     s.Sink.URL() + "/events",
+		}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(opts.Out, "applied samples: %s\n", s.Samples.Describe())
+		waitCtx, cancelWait := context.WithTimeout(ctx, opts.ReadyTimeout)
+		defer cancelWait()
+		if err := s.Samples.WaitReceivers(waitCtx, s.Proxy, s.failed); err != nil {
+			return nil, s.withFailures(fmt.Errorf("wait for the sample's receivers (pod logs: %s): %w", s.Agent.PodLogDir(), err))
+		}
+	}
+	fmt.Fprintf(opts.Out, "environment up in %.1fs\n", time.Since(begin).Seconds())
+	return s, nil
+}
+
+// goRun runs fn until the session stops; an error stops the wait of StartSession and
+// is reported by Err.
+func (s *Session) goRun(ctx context.Context, name string, fn func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			s.errMu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.errMu.Unlock()
+			s.failOnce.Do(func() { close(s.failed) })
+		}
+	}()
+}
+
+func (s *Session) waitFor(ctx context.Context, ready <-chan struct{}, what string) error {
+	select {
+	case <-ready:
+		return nil
+	case <-s.failed:
+		return s.withFailures(fmt.Errorf("%s failed to start", what))
+	case <-ctx.Done():
+		return fmt.Errorf("wait for %s: %w", what, ctx.Err())
+	}
+}
+
+func (s *Session) withFailures(err error) error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return errors.Join(append([]error{err}, s.errs...)...)
+}
+
+// Failed is closed when a background component (node agent, proxy, operator) fails.
+func (s *Session) Failed() <-chan struct{} { return s.failed }
+
+// Err returns the failures of background components.
+func (s *Session) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return errors.Join(s.errs...)
+}
+
+// StateDir is the directory holding the kubeconfig and every log.
+func (s *Session) StateDir() string { return s.opts.StateDir }
+
+// DB opens a connection to the session's database.
+func (s *Session) DB(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, s.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the dev database: %w", err)
+	}
+	return conn, nil
+}
+
+// Stop stops the operator, the pods, the proxy, the sink, PostgreSQL (if throwaway) and
+// the cluster, and removes the state directory if the session created it.
+func (s *Session) Stop() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	if s.Sink != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.Sink.Stop(ctx)
+		cancel()
+	}
+	if s.pg != nil {
+		s.pg.Stop()
+	}
+	if s.Cluster != nil {
+		if err := s.Cluster.Stop(); err != nil {
+			fmt.Fprintln(s.opts.Out, "stop cluster:", err)
+		}
+	}
+	if s.ownsDir {
+		_ = os.RemoveAll(s.opts.StateDir)
+	}
+}
