@@ -293,7 +293,9 @@ type Transition struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// on lists the event types that trigger the transition.
+	// on lists the event types that trigger the transition. Quote the key in YAML
+	// ("on": [...]): YAML 1.1 parsers, kubectl's among them, read a bare on as true, and
+	// the apiserver then reports on as missing.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=256
