@@ -19,8 +19,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
 
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -128,11 +132,17 @@ func gatewayCRDs(t *testing.T) string {
 func TestHelmChartLintsAndApplies(t *testing.T) {
 	tool(t, "helm", "lint", "--strict", "charts/hookkeeper")
 	rendered := tool(t, "helm", "template", "hookkeeper", "charts/hookkeeper", "--namespace", "hookkeeper-system",
-		"--include-crds", "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
-		"--set", "dashboards.enabled=true")
+		"--include-crds", "--set", "monitoring.serviceMonitor.enabled=true",
+		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboards.enabled=true")
 	objs := decode(t, rendered)
-	if len(objs) < 8 {
-		t.Fatalf("chart rendered %d objects, expected the CRD, RBAC, Deployment and more", len(objs))
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	for _, want := range []string{"CustomResourceDefinition", "ClusterRole", "Deployment", "ServiceMonitor", "PrometheusRule", "ConfigMap"} {
+		if !kinds[want] {
+			t.Errorf("chart with monitoring on rendered no %s", want)
+		}
 	}
 	dryRunApply(t, apiClient(t), objs, "hookkeeper-system")
 }
@@ -151,9 +161,29 @@ func TestKustomizeDefaultBuildsAndApplies(t *testing.T) {
 	dryRunApply(t, apiClient(t), objs, "hookkeeper-system")
 }
 
-// Every sample must pass the CRD's schema and CEL rules, not just parse.
+// Every sample must pass the CRD's schema and CEL rules (admission) and what only Go
+// checks (CEL expressions compile, templates are valid), as the operator would.
 func TestSamplesAreAccepted(t *testing.T) {
 	c := apiClient(t)
-	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples")), "shop")
+	samples := decode(t, tool(t, "kustomize", "build", "config/samples"))
+	dryRunApply(t, c, samples, "shop")
 	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples/gateway")), "shop")
+
+	endpoints := 0
+	for _, o := range samples {
+		if o.GetKind() != "WebhookEndpoint" {
+			continue
+		}
+		endpoints++
+		var we v1alpha1.WebhookEndpoint
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &we); err != nil {
+			t.Fatalf("sample %s: %v", o.GetName(), err)
+		}
+		if err := config.Validate(&we); err != nil {
+			t.Errorf("sample %s is not a valid configuration: %v", o.GetName(), err)
+		}
+	}
+	if endpoints < 8 {
+		t.Errorf("config/samples has %d WebhookEndpoints; want one per provider plus the orders example", endpoints)
+	}
 }
