@@ -25,7 +25,6 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
-
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
