@@ -16,9 +16,9 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
-// secretIndexField indexes WebhookEndpoints by the names of the Secrets they reference,
+// referenceIndexField indexes WebhookEndpoints by the names of the Secrets they reference,
 // so a Secret event reaches exactly the endpoints that read it.
-const secretIndexField = ".spec.secretRefs.name"
+const referenceIndexField = ".spec.referencedSecretNames"
 
 func indexSecretNames(obj client.Object) []string {
 	ep, ok := obj.(*v1alpha1.WebhookEndpoint)
@@ -32,7 +32,7 @@ func indexSecretNames(obj client.Object) []string {
 func (r *WebhookEndpointReconciler) endpointsForSecret(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list v1alpha1.WebhookEndpointList
 	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
-		client.MatchingFields{secretIndexField: obj.GetName()}); err != nil {
+		client.MatchingFields{referenceIndexField: obj.GetName()}); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))

@@ -35,7 +35,7 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.WebhookEndpoint{},
-		secretIndexField, indexSecretNames); err != nil {
+		referenceIndexField, indexSecretNames); err != nil {
 		return fmt.Errorf("index WebhookEndpoints by Secret name: %w", err)
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).

@@ -160,10 +160,6 @@ func (e *env) create(t *testing.T, ep *v1alpha1.WebhookEndpoint) *v1alpha1.Webho
 	return ep
 }
 
-func (e *env) get(g Gomega, obj client.Object) {
-	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-}
-
 // endpoint fetches the current endpoint.
 func (e *env) endpoint(g Gomega, ep *v1alpha1.WebhookEndpoint) *v1alpha1.WebhookEndpoint {
 	cur := &v1alpha1.WebhookEndpoint{}

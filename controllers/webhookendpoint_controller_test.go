@@ -288,7 +288,7 @@ func (e *env) testExpiry(t *testing.T) {
 	ns := e.namespace(t)
 	e.withSecrets(t, ns)
 	ep := validEndpoint(ns, "expiry")
-	expiresAt := metav1.NewTime(time.Now().Add(5 * time.Second).Truncate(time.Second))
+	expiresAt := metav1.NewTime(time.Now().Add(8 * time.Second).Truncate(time.Second))
 	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{
 		{SecretKeyRef: keyRef("stripe", "previous"), ExpiresAt: &expiresAt},
 		{SecretKeyRef: keyRef("stripe", "current")},
@@ -468,6 +468,20 @@ func (e *env) testMonitoring(t *testing.T) {
 		cur := e.endpoint(g, ep)
 		ownedBy(t, obj, cur)
 	}
+
+	// Applying the same objects again is a no-op on the server.
+	rvs := func() []string {
+		var out []string
+		for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+			obj := monitoringObject(kind, ns, resources.MonitoringName(ep))
+			g.Expect(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+			out = append(out, obj.GetResourceVersion())
+		}
+		return out
+	}
+	before := rvs()
+	e.reconcileNow(t, ep)
+	g.Expect(rvs()).To(Equal(before))
 
 	// Disabling the ServiceMonitor removes it.
 	g.Eventually(func(g Gomega) {
