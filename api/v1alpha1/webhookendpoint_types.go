@@ -487,8 +487,10 @@ type ReceiverSpec struct {
 
 // ToggleSpec switches an optional object on or off.
 type ToggleSpec struct {
-	// enabled creates the object when its CRD is installed. A pointer, so that an explicit
-	// false survives Go clients (a plain bool with omitempty would be defaulted back to true).
+	// A pointer, so that an explicit false survives Go clients: a plain bool with
+	// omitempty drops false and the API server defaults it back to true.
+
+	// enabled creates the object when its CRD is installed.
 	// +kubebuilder:default=true
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
@@ -582,7 +584,9 @@ type EgressSpec struct {
 
 // NetworkPolicySpec fences the receiver pods.
 type NetworkPolicySpec struct {
-	// enabled creates the NetworkPolicy. A pointer for the same reason as ToggleSpec.enabled.
+	// A pointer for the same reason as ToggleSpec.Enabled.
+
+	// enabled creates the NetworkPolicy.
 	// +kubebuilder:default=true
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
