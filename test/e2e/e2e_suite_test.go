@@ -1,0 +1,118 @@
+// Package e2e drives the whole system on the local cluster of `hookkeeper dev`: a real
+// control plane, receiver pods running the hookkeeper binary as processes, the operator
+// in process and a real PostgreSQL. Specs apply manifests, send signed requests, rotate
+// Secrets, kill processes and check the database.
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
+	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+var (
+	databaseURL string
+	session     *devcluster.Session
+	clientset   kubernetes.Interface
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+func TestE2E(t *testing.T) {
+	// A database of its own, dropped when the suite ends (after AfterSuite has stopped
+	// every receiver connected to it).
+	databaseURL = testsupport.NewDatabase(t)
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "hookkeeper end-to-end")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.Level(zapcore.InfoLevel)))
+	root, err := devcluster.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	binDir := os.Getenv(devcluster.EnvBinDir)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+
+	// The receiver and migration pods run the hookkeeper binary built from this tree.
+	exe := filepath.Join(GinkgoT().TempDir(), "hookkeeper")
+	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/hookkeeper")
+	build.Dir = root
+	build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
+	begin := time.Now()
+	Expect(build.Run()).To(Succeed(), "build the hookkeeper binary")
+	GinkgoWriter.Printf("built %s in %.1fs\n", exe, time.Since(begin).Seconds())
+
+	session, err = devcluster.StartSession(ctx, devcluster.SessionOptions{
+		BinDir:        binDir,
+		RepoRoot:      root,
+		Executable:    exe,
+		DatabaseURL:   databaseURL,
+		StartOperator: runOperator,
+		ApplySamples:  true,
+		Out:           GinkgoWriter,
+		Log:           ctrl.Log.WithName("devcluster"),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	clientset, err = kubernetes.NewForConfig(session.Cluster.Config())
+	Expect(err).NotTo(HaveOccurred())
+}, NodeTimeout(5*time.Minute))
+
+var _ = AfterSuite(func() {
+	if session != nil {
+		session.Stop()
+	}
+})
+
+// ReportAfterEach dumps the pod logs of a failed spec, which is where a receiver says why.
+var _ = ReportAfterEach(func(report SpecReport) {
+	if !report.Failed() || session == nil {
+		return
+	}
+	matches, _ := filepath.Glob(filepath.Join(session.Agent.PodLogDir(), "*", "*.log"))
+	for _, m := range matches {
+		data, _ := os.ReadFile(m) //nolint:gosec // pod logs of this suite
+		if len(data) > 8<<10 {
+			data = data[len(data)-8<<10:]
+		}
+		GinkgoWriter.Printf("--- %s\n%s\n", m, data)
+	}
+})
+
+// runOperator runs the operator in the test process, as `hookkeeper dev` does.
+func runOperator(ctx context.Context, cfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: "hookkeeper:e2e"}); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
