@@ -31,9 +31,6 @@ type Env struct {
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
 	ReceiverArgs []string
-	// DropNotifyTrigger removes the outbox NOTIFY trigger before the receiver suite runs,
-	// to measure what it costs. The figures are then not those of the product.
-	DropNotifyTrigger bool
 	// WorkDir is a temporary directory the suites may write into.
 	WorkDir string
 	Log     *log.Logger
@@ -122,26 +119,38 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 	}
 }
 
-// PeakRSS is the process's high-water resident set (VmHWM), in bytes.
-func (p *Process) PeakRSS() (int64, error) {
+// Memory is what /proc/<pid>/status says about the process's resident memory, in
+// bytes: the peak (VmHWM) and the current split between anonymous memory (the
+// process's own heap and stacks) and file pages (the mapped binary).
+type Memory struct {
+	Peak, Anon, File int64
+}
+
+// Memory reads the process's resident memory figures.
+func (p *Process) Memory() (Memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, fmt.Errorf("read process status: %w", err)
+		return Memory{}, fmt.Errorf("read process status: %w", err)
 	}
+	var m Memory
+	fields := map[string]*int64{"VmHWM:": &m.Peak, "RssAnon:": &m.Anon, "RssFile:": &m.File}
+	found := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			fields := strings.Fields(rest)
-			if len(fields) != 2 || fields[1] != "kB" {
-				return 0, fmt.Errorf("unexpected VmHWM line %q", line)
-			}
-			kb, err := strconv.ParseInt(fields[0], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse VmHWM: %w", err)
-			}
-			return kb * 1024, nil
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" || fields[f[0]] == nil {
+			continue
 		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("parse %s: %w", f[0], err)
+		}
+		*fields[f[0]] = kb * 1024
+		found++
 	}
-	return 0, errors.New("no VmHWM in /proc status")
+	if found != len(fields) {
+		return Memory{}, errors.New("VmHWM, RssAnon or RssFile missing from /proc status")
+	}
+	return m, nil
 }
 
 // CPUTime is the CPU time (user + system) the process has used so far.

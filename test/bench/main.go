@@ -25,7 +25,6 @@ func main() {
 		concurrency = flag.Int("concurrency", 8, "requests (and pgbench clients) in flight at once")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
-		dropNotify  = flag.Bool("drop-notify-trigger", false, "experiment: drop the outbox NOTIFY trigger to measure its cost")
 	)
 	flag.Parse()
 	logger := log.New(os.Stderr, "bench: ", log.Ltime)
@@ -39,14 +38,13 @@ func main() {
 		logger.Fatal(err)
 	}
 	env := &Env{
-		AdminURL:          *databaseURL,
-		Hookkeeper:        *binary,
-		Concurrency:       *concurrency,
-		Phase:             *phase,
-		ReceiverArgs:      strings.Fields(*extraArgs),
-		DropNotifyTrigger: *dropNotify,
-		WorkDir:           workDir,
-		Log:               logger,
+		AdminURL:     *databaseURL,
+		Hookkeeper:   *binary,
+		Concurrency:  *concurrency,
+		Phase:        *phase,
+		ReceiverArgs: strings.Fields(*extraArgs),
+		WorkDir:      workDir,
+		Log:          logger,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -56,12 +57,7 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if _, err := db.Exec(ctx, seedTables); err != nil {
 		return nil, fmt.Errorf("create seed tables: %w", err)
 	}
-	if env.DropNotifyTrigger {
-		// An experiment, not the product: shows what the commit-time NOTIFY costs.
-		if _, err := db.Exec(ctx, `DROP TRIGGER outbox_notify ON `+store.TablesIn(benchSchema).Outbox); err != nil {
-			return nil, fmt.Errorf("drop notify trigger: %w", err)
-		}
-	}
+
 	if err := addOrders(ctx, db, "pg-", 1, pgbenchOrders+1); err != nil {
 		return nil, err
 	}
@@ -147,11 +143,31 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	env.Log.Printf("receiver: half of peak, %d/s open loop, %s", halfRate, env.Phase)
+	cpu0, _ := proc.CPUTime()
 	half := attack(attacker(env.Concurrency*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
+	cpu1, _ := proc.CPUTime()
+	half.cpu = cpu1 - cpu0
 	load.settle(hb)
 	env.Log.Printf("receiver: half: %s", half)
 
-	rss, err := proc.PeakRSS()
+	mem, err := proc.Memory()
+	if err != nil {
+		return nil, err
+	}
+
+	// Diagnostic, not the product: the same peak without the outbox NOTIFY trigger,
+	// whose commit-time lock serialises every committing transaction that notifies.
+	if _, err := db.Exec(ctx, `DROP TRIGGER outbox_notify ON `+store.TablesIn(benchSchema).Outbox); err != nil {
+		return nil, fmt.Errorf("drop the NOTIFY trigger: %w", err)
+	}
+	quiet, err := closed("peak without NOTIFY", env.Phase, load.make(int(peak.acceptedPerSec()*env.Phase.Seconds()*3)+2_000))
+	if err != nil {
+		return nil, err
+	}
+	if quiet.exhausted {
+		return nil, fmt.Errorf("peak without NOTIFY ran out of pre-signed requests after %d", quiet.requests)
+	}
+	rxBytes, pgBytes, err := bytesPerEvent(ctx, db, pg.Count)
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +188,17 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		{Measure: "receiver latency p50 / p99 at peak", Value: ms(peak.p50) + " / " + ms(peak.p99), Note: c + " in flight"},
 		{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
 			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s", halfRate, half.acceptedPerSec())},
-		{Measure: "receiver peak RSS", Value: fmt.Sprintf("%.1f MiB", float64(rss)/(1<<20)), Goal: "<= 64 MiB", Note: "VmHWM of the subprocess"},
+		{Measure: "diagnostic: receiver accepted/s at peak without NOTIFY", Value: fmt.Sprintf("%.0f (ratio %.2f)",
+			quiet.acceptedPerSec(), quiet.acceptedPerSec()/pg.TPS), Note: "outbox trigger dropped; not the product"},
+		{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
+			Note: "tables + indexes, orders excluded"},
+		{Measure: "receiver CPU per request at peak", Value: ms(peak.cpuPerRequest()), Note: "user + system of the subprocess"},
+		{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
+			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
 		{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
 			Goal: "equal", Note: "exactly once, across all phases"},
 	}
-	unexpected := warm.unexpected + peak.unexpected + half.unexpected
+	unexpected := warm.unexpected + peak.unexpected + half.unexpected + quiet.unexpected
 	if unexpected != "" {
 		rows = append(rows, Row{Measure: "unexpected responses", Value: strings.TrimSpace(unexpected), Goal: "none"})
 	}
@@ -267,6 +289,24 @@ func checkStored(ctx context.Context, db *pgx.Conn, load *stripeLoad) (int64, in
 		return 0, 0, fmt.Errorf("count receipts: %w", err)
 	}
 	return stored, int64(load.delivered), nil
+}
+
+// bytesPerEvent divides the on-disk size of what each side writes per event (heap,
+// TOAST and indexes; the shared orders table excluded) by the events written.
+func bytesPerEvent(ctx context.Context, db *pgx.Conn, pgbenchTxns int) (int64, int64, error) {
+	t := store.TablesIn(benchSchema)
+	var rx, rxEvents, pg int64
+	err := db.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass) + pg_total_relation_size($2::regclass)
+		+ pg_total_relation_size($3::regclass), (SELECT count(*) FROM `+t.Events+`),
+		pg_total_relation_size('webhook_receipts') + pg_total_relation_size('fulfilment_outbox')`,
+		t.Events, t.Outbox, t.EntityClocks).Scan(&rx, &rxEvents, &pg)
+	if err != nil {
+		return 0, 0, fmt.Errorf("measure table sizes: %w", err)
+	}
+	if rxEvents == 0 || pgbenchTxns == 0 {
+		return 0, 0, errors.New("nothing was written")
+	}
+	return rx / rxEvents, pg / int64(pgbenchTxns), nil
 }
 
 // addOrders inserts pending orders prefix<from>..prefix<to-1>.
@@ -360,6 +400,8 @@ func quantile(lat []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(lat))+0.5) - 1
 	return lat[min(max(i, 0), len(lat)-1)]
 }
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
