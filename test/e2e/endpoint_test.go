@@ -222,7 +222,10 @@ func deliverUntilAcknowledged(ctx context.Context, url, secret string, body []by
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not acknowledged within 30s (last status %d): %w", code, err)
+			if err != nil {
+				return fmt.Errorf("not acknowledged within 30s: %w", err)
+			}
+			return fmt.Errorf("not acknowledged within 30s (last status %d)", code)
 		}
 		select {
 		case <-ctx.Done():
