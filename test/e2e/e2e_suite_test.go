@@ -33,6 +33,9 @@ var (
 	clientset   kubernetes.Interface
 )
 
+// envBinary names a prebuilt hookkeeper binary (the Makefile sets it).
+const envBinary = "HOOKKEEPER_BINARY"
+
 func TestMain(m *testing.M) { testsupport.Main(m) }
 
 func TestE2E(t *testing.T) {
@@ -52,14 +55,19 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		binDir = filepath.Join(root, "bin")
 	}
 
-	// The receiver and migration pods run the hookkeeper binary built from this tree.
-	exe := filepath.Join(GinkgoT().TempDir(), "hookkeeper")
-	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/hookkeeper")
-	build.Dir = root
-	build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
-	begin := time.Now()
-	Expect(build.Run()).To(Succeed(), "build the hookkeeper binary")
-	GinkgoWriter.Printf("built %s in %.1fs\n", exe, time.Since(begin).Seconds())
+	// The receiver and migration pods run the hookkeeper binary of this tree: the one
+	// `make` built ($HOOKKEEPER_BINARY), else one built here.
+	exe := os.Getenv(envBinary)
+	if exe == "" {
+		exe = filepath.Join(GinkgoT().TempDir(), "hookkeeper")
+		build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./cmd/hookkeeper")
+		build.Dir = root
+		build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
+		begin := time.Now()
+		Expect(build.Run()).To(Succeed(), "build the hookkeeper binary")
+		GinkgoWriter.Printf("built %s in %.1fs\n", exe, time.Since(begin).Seconds())
+	}
+	Expect(exe).To(BeAnExistingFile())
 
 	session, err = devcluster.StartSession(ctx, devcluster.SessionOptions{
 		BinDir:        binDir,
