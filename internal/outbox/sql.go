@@ -74,15 +74,21 @@ func newQueries(outboxTable string, ordering v1alpha1.Ordering) queries {
 	// re-evaluation.
 	perEntity := ""
 	if ordering == v1alpha1.OrderingPerEntity {
+		// A scalar subquery with LIMIT stays a per-row subplan probing
+		// outbox_entity_pending_idx on (endpoint, entity_key, id). Written as NOT
+		// EXISTS, the planner turns it into an anti join, and on a table it has no
+		// statistics for yet (a burst into a new schema) it picked an unparameterised
+		// inner scan that read the whole backlog for every candidate row.
 		perEntity = fmt.Sprintf(`
-	  AND NOT EXISTS (
-	    SELECT 1 FROM %[1]s p
-	    WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key AND p.id < o.id
-	      AND p.delivered_at IS NULL AND p.dead_at IS NULL)`, outboxTable)
+	  AND (SELECT p.id FROM %[1]s p
+	       WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key AND p.id < o.id
+	         AND p.delivered_at IS NULL AND p.dead_at IS NULL
+	       LIMIT 1) IS NULL`, outboxTable)
 	}
 	return queries{
 		claim: fmt.Sprintf(`
-WITH due AS (
+WITH async AS (SELECT %[3]s),
+due AS (
 	SELECT o.id FROM %[1]s o
 	WHERE o.endpoint = $1 AND o.delivered_at IS NULL AND o.dead_at IS NULL
 	  AND o.available_at <= now()
@@ -93,14 +99,15 @@ WITH due AS (
 )
 UPDATE %[1]s o
 SET lease_until = now() + $3 * interval '1 microsecond', attempts = o.attempts + 1
-FROM due WHERE o.id = due.id
+FROM due, async WHERE o.id = due.id
 RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.payload,
-	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity),
+	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity, asyncCommit),
 
 		// One statement records a batch of results. Each row is fenced on the attempt
 		// it was claimed with and on not being delivered, so a late worker whose lease
 		// expired cannot overwrite a newer attempt's result.
 		record: fmt.Sprintf(`
+WITH async AS (SELECT %[2]s)
 UPDATE %[1]s o SET
 	lease_until  = NULL,
 	attempts     = CASE WHEN r.outcome = 'unsent' THEN o.attempts - 1 ELSE o.attempts END,
@@ -111,9 +118,9 @@ UPDATE %[1]s o SET
 	                    ELSE o.available_at END,
 	last_error   = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE o.last_error END
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[])
-	AS r(id, attempt, outcome, delay_us, err)
+	AS r(id, attempt, outcome, delay_us, err), async
 WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
-RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, outboxTable),
+RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, outboxTable, asyncCommit),
 
 		gauges: fmt.Sprintf(`
 SELECT
@@ -123,6 +130,16 @@ SELECT
 	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND dead_at IS NOT NULL)`, outboxTable),
 	}
 }
+
+// asyncCommit turns synchronous_commit off for the statement's own (implicit)
+// transaction; the setting is read when it commits. The dispatcher's writes are leases
+// and results, and losing the last few hundred milliseconds of them to a PostgreSQL
+// crash only repeats work the contract already allows to repeat: a claim lost means the
+// row is claimed again (a repeat delivery with the same key), a result lost means it is
+// delivered or retried again. Not waiting for the WAL flush takes two fsyncs off every
+// delivery's path. The receiver's transaction, which must be durable before its 2xx,
+// is untouched: the setting is local to these statements.
+const asyncCommit = `set_config('synchronous_commit', 'off', true)`
 
 // querier is what the dispatcher needs of a pool or connection.
 type querier interface {

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	hookv1 "github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+func init() {
+	register(Suite{Name: "dispatcher", Order: 20, Run: runDispatcherSuite})
+}
+
+const (
+	dispatchEndpoint = "bench/dispatch"
+	dispatchRows     = 20_000
+	dispatchEntities = 2_000
+	// dispatchConcurrency is spec.delivery.concurrency's default.
+	dispatchConcurrency = 16
+)
+
+// runDispatcherSuite measures the outbox dispatcher (PerEntity ordering, one dispatcher,
+// the default concurrency) against a local no-op sink over HTTP: deliveries per second
+// draining a pre-filled outbox, then commit-to-sink latency while rows are inserted one
+// transaction at a time, as the receiver commits them.
+func runDispatcherSuite(ctx context.Context, env *Env) ([]Row, error) {
+	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_dispatcher")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
+		return nil, fmt.Errorf("migrate bench database: %w", err)
+	}
+	pool, err := store.Open(ctx, dbURL, 8)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	tables := store.TablesIn(benchSchema)
+
+	sink, err := newNoopSink()
+	if err != nil {
+		return nil, err
+	}
+	defer sink.close()
+
+	opts := outbox.Options{
+		Endpoint:    dispatchEndpoint,
+		Tables:      tables,
+		SinkURL:     sink.url,
+		Ordering:    hookv1.OrderingPerEntity,
+		Concurrency: dispatchConcurrency,
+		Logger:      logr.Discard(),
+	}
+
+	// Throughput: drain a pre-filled outbox.
+	if err := fillOutbox(ctx, pool, tables, dispatchRows, dispatchEntities); err != nil {
+		return nil, err
+	}
+	env.Log.Printf("dispatcher: %d rows of %d entities inserted; draining", dispatchRows, dispatchEntities)
+	throughput, drainTime, err := drain(ctx, pool, tables, sink, opts)
+	if err != nil {
+		return nil, err
+	}
+	if v := sink.outOfOrder.Load(); v > 0 {
+		return nil, fmt.Errorf("%d deliveries arrived out of order for their entity", v)
+	}
+	env.Log.Printf("dispatcher: drained %d rows in %s: %.0f/s", dispatchRows, drainTime.Round(time.Millisecond), throughput)
+
+	// Latency: rows committed one by one at a steady rate while the dispatcher runs.
+	rate := min(1000.0, throughput/2)
+	lat, err := commitToSink(ctx, pool, tables, sink, opts, rate, env.Phase)
+	if err != nil {
+		return nil, err
+	}
+	env.Log.Printf("dispatcher: %d rows at %.0f/s: commit-to-sink p50 %s p99 %s", len(lat), rate, ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)))
+
+	return []Row{
+		{Measure: "deliveries/s (PerEntity, concurrency 16)", Value: fmt.Sprintf("%.0f", throughput), Goal: ">= 2000",
+			Note: fmt.Sprintf("%d pre-inserted rows over %d entities, one dispatcher, local no-op HTTP sink", dispatchRows, dispatchEntities)},
+		{Measure: "commit-to-sink p50", Value: ms(quantile(lat, 0.50)),
+			Note: fmt.Sprintf("%d rows committed one per transaction at %.0f/s, NOTIFY wake-up", len(lat), rate)},
+		{Measure: "commit-to-sink p99", Value: ms(quantile(lat, 0.99)), Goal: "<= 200ms", Note: "same run"},
+	}, nil
+}
+
+// fillOutbox inserts rows for entities in a shuffled order, each entity's rows in sequence.
+func fillOutbox(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, rows, entities int) error {
+	order := make([]int, rows)
+	for i := range order {
+		order[i] = i % entities
+	}
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	seq := make([]int, entities)
+	keys, ents, payloads := make([]string, rows), make([]string, rows), make([]string, rows)
+	for i, e := range order {
+		keys[i] = fmt.Sprintf("fill-%d-%d", e, seq[e])
+		ents[i] = fmt.Sprintf("order-%d", e)
+		payloads[i] = fmt.Sprintf(`{"entity":"order-%d","seq":%d}`, e, seq[e])
+		seq[e]++
+	}
+	_, err := pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload)
+SELECT $1, k, e, 'order.paid', k, p::jsonb
+FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(k, e, p, n) ORDER BY n`, tables.Outbox),
+		dispatchEndpoint, keys, ents, payloads)
+	if err != nil {
+		return fmt.Errorf("fill outbox: %w", err)
+	}
+	return nil
+}
+
+// drain runs a dispatcher until every row is delivered and returns deliveries/s.
+func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options) (float64, time.Duration, error) {
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	begin := time.Now()
+	go func() { done <- outbox.NewDispatcher(pool, opts).Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var pending int
+		if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE delivered_at IS NULL`, tables.Outbox)).Scan(&pending); err != nil {
+			return 0, 0, fmt.Errorf("count pending rows: %w", err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("%d rows still pending after 5 minutes", pending)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The last 2xx, not the poll that noticed it, ends the run.
+	elapsed := time.Duration(sink.lastArrival.Load() - begin.UnixNano())
+	return float64(sink.count.Load()) / elapsed.Seconds(), elapsed, nil
+}
+
+// commitToSink inserts rows one per transaction at rate/s for d while a dispatcher runs,
+// and returns each row's time from commit acknowledged to arrival at the sink.
+func commitToSink(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options, rate float64, d time.Duration) ([]time.Duration, error) {
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- outbox.NewDispatcher(pool, opts).Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	var mu sync.Mutex
+	committed := map[string]time.Time{}
+	arrived := map[string]time.Time{}
+	sink.setOnArrival(func(key string, at time.Time) {
+		mu.Lock()
+		arrived[key] = at
+		mu.Unlock()
+	})
+	defer sink.setOnArrival(nil)
+
+	insert := fmt.Sprintf(`INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload)
+VALUES ($1, $2, $3, 'order.paid', $2, $4::jsonb)`, tables.Outbox)
+	interval := time.Duration(float64(time.Second) / rate)
+	// A few inserters, so a slow commit does not hold back the schedule.
+	const inserters = 4
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var insertErr atomic.Value
+	for range inserters {
+		wg.Go(func() {
+			for i := range next {
+				e := rand.IntN(dispatchEntities)
+				key := fmt.Sprintf("live-%d", i)
+				if _, err := pool.Exec(ctx, insert, dispatchEndpoint, key, fmt.Sprintf("order-%d", e),
+					fmt.Sprintf(`{"entity":"order-%d","seq":%d}`, e, i)); err != nil {
+					insertErr.Store(err)
+					continue
+				}
+				now := time.Now()
+				mu.Lock()
+				committed[key] = now
+				mu.Unlock()
+			}
+		})
+	}
+	ticker := time.NewTicker(interval)
+	end := time.Now().Add(d)
+	n := 0
+	for time.Now().Before(end) && ctx.Err() == nil {
+		<-ticker.C
+		next <- n
+		n++
+	}
+	ticker.Stop()
+	close(next)
+	wg.Wait()
+	if err, ok := insertErr.Load().(error); ok {
+		return nil, fmt.Errorf("insert outbox row: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		got := len(arrived)
+		mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d live rows delivered after 30s", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, n)
+	for key, c := range committed {
+		// The dispatcher may deliver before the inserter has read COMMIT's answer.
+		lat = append(lat, max(0, arrived[key].Sub(c)))
+	}
+	return lat, nil
+}
+
+// noopSink answers 204 to every delivery and checks per-entity order on the way.
+type noopSink struct {
+	url         string
+	srv         *http.Server
+	count       atomic.Int64
+	lastArrival atomic.Int64
+	outOfOrder  atomic.Int64
+
+	mu        sync.Mutex
+	lastSeq   map[string]int
+	onArrival func(key string, at time.Time)
+}
+
+func newNoopSink() (*noopSink, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for the sink: %w", err)
+	}
+	s := &noopSink{url: "http://" + l.Addr().String() + "/events", lastSeq: map[string]int{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(l) }()
+	return s, nil
+}
+
+func (s *noopSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	now := time.Now()
+	var env struct {
+		Data struct {
+			Entity string `json:"entity"`
+			Seq    int    `json:"seq"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(body, &env)
+	key := r.Header.Get(outbox.HeaderIdempotencyKey)
+	s.mu.Lock()
+	// Only the pre-filled rows have per-entity sequence numbers in commit order.
+	if strings.HasPrefix(key, "fill-") {
+		if last, ok := s.lastSeq[env.Data.Entity]; ok && env.Data.Seq < last {
+			s.outOfOrder.Add(1)
+		}
+		s.lastSeq[env.Data.Entity] = env.Data.Seq
+	}
+	on := s.onArrival
+	s.mu.Unlock()
+	if on != nil {
+		on(key, now)
+	}
+	s.count.Add(1)
+	s.lastArrival.Store(now.UnixNano())
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *noopSink) setOnArrival(f func(string, time.Time)) {
+	s.mu.Lock()
+	s.onArrival = f
+	s.mu.Unlock()
+}
+
+func (s *noopSink) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+}
