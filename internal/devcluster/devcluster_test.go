@@ -175,6 +175,10 @@ func TestLocalCluster(t *testing.T) {
 			t.Parallel()
 			testRestart(t, c)
 		})
+		t.Run("LivenessProbeRestarts", func(t *testing.T) {
+			t.Parallel()
+			testLiveness(t, c)
+		})
 	})
 }
 
@@ -420,4 +424,53 @@ func testRestart(t *testing.T, c *testCluster) {
 		_, err := c.client.CoreV1().Pods(ns).Get(ctx, "crasher", metav1.GetOptions{})
 		return err
 	}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(Satisfy(apierrors.IsNotFound))
+}
+
+func testLiveness(t *testing.T, c *testCluster) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := c.namespace(t, "liveness")
+	c.dumpLogsOnFailure(t, ns)
+	tmpl := podTemplate(nil, corev1.RestartPolicyAlways, "serve", "8080")
+	main := &tmpl.Spec.Containers[0]
+	main.ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+		PeriodSeconds: 1,
+	}
+	// Nothing listens on 9999: the liveness probe fails from the start.
+	main.LivenessProbe = &corev1.Probe{
+		ProbeHandler:        corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(9999)}},
+		InitialDelaySeconds: 1,
+		PeriodSeconds:       1,
+		FailureThreshold:    2,
+	}
+	tmpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+	_, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "unhealthy"},
+		Spec:       *tmpl.Spec.DeepCopy(),
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		p, err := c.client.CoreV1().Pods(ns).Get(ctx, "unhealthy", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+		cs := p.Status.ContainerStatuses[0]
+		g.Expect(cs.RestartCount).To(BeNumerically(">=", 1))
+		g.Expect(cs.LastTerminationState.Terminated).NotTo(BeNil())
+		g.Expect(cs.LastTerminationState.Terminated.Message).To(ContainSubstring("liveness probe failed"))
+		// SIGTERM ends the helper cleanly.
+		g.Expect(cs.LastTerminationState.Terminated.ExitCode).To(BeZero())
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	logData, err := os.ReadFile(filepath.Join(c.agent.PodLogDir(), podDirNameFor(t, c, ns, "unhealthy"), "main.log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Count(string(logData), "listening on")).To(BeNumerically(">=", 2), "the process was started again")
+}
+
+func podDirNameFor(t *testing.T, c *testCluster, ns, name string) string {
+	t.Helper()
+	p, err := c.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod: %v", err)
+	}
+	return podDirName(p)
 }
