@@ -70,6 +70,9 @@ func StartEnvtest(tb testing.TB) *rest.Config {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Start may fail after etcd and the apiserver are up (e.g. a CRD is rejected):
+		// stop them, or they outlive the test process.
+		_ = env.Stop()
 		tb.Fatalf("start envtest: %v", err)
 	}
 	envOnce, envCfg = env, cfg
