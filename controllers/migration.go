@@ -66,7 +66,7 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 		st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, ReasonMigrated,
 			fmt.Sprintf("schema %q is at version %d (Job %s)", ep.Spec.Database.Schema, store.SchemaVersion, job.Name))
 		ep.Status.SchemaVersion = store.SchemaVersion
-		return nil
+		return r.pruneMigrationJobs(ctx, ep, job.Name)
 	case jobCondition(job, batchv1.JobFailed):
 		detail := r.terminationMessage(ctx, job)
 		msg := fmt.Sprintf("migration Job %s/%s failed", job.Namespace, job.Name)
@@ -128,4 +128,24 @@ func (r *WebhookEndpointReconciler) terminationMessage(ctx context.Context, job 
 		message = message[:maxTerminationMessage] + "..."
 	}
 	return message
+}
+
+// pruneMigrationJobs deletes this endpoint's finished migration Jobs of earlier schema
+// versions once the current one completed; they have no TTL, so nothing else would.
+func (r *WebhookEndpointReconciler) pruneMigrationJobs(ctx context.Context, ep *v1alpha1.WebhookEndpoint, current string) error {
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(ep.Namespace),
+		client.MatchingLabels(resources.Labels(ep, resources.ComponentMigration))); err != nil {
+		return fmt.Errorf("list migration Jobs: %w", err)
+	}
+	for i := range jobs.Items {
+		old := &jobs.Items[i]
+		if old.Name == current || !metav1IsControlledBy(old, ep) || old.Status.Active > 0 || !old.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Delete(ctx, old, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete old migration Job %s: %w", old.Name, err)
+		}
+	}
+	return nil
 }

@@ -127,6 +127,22 @@ func (e *env) testLifecycle(t *testing.T) {
 			controllers.EventReceiverAvailable))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 
+	// A finished Job of an earlier schema version is removed once the current one is done.
+	oldJob := job.DeepCopy()
+	oldJob.ObjectMeta = metav1.ObjectMeta{
+		Name: "orders-migrate-v0", Namespace: ns, OwnerReferences: job.OwnerReferences,
+		Labels: resources.Labels(ep, resources.ComponentMigration),
+	}
+	oldJob.Spec.Selector, oldJob.Spec.ManualSelector = nil, nil
+	oldJob.Spec.Template.Labels = resources.Labels(ep, resources.ComponentMigration)
+	oldJob.Status = batchv1.JobStatus{}
+	g.Expect(e.k8s.Create(e.ctx, oldJob)).To(Succeed())
+	e.touch(t, ep)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, "orders-migrate-v0"), &batchv1.Job{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), &batchv1.Job{})).To(Succeed())
+
 	// A reconcile with nothing changed writes nothing.
 	before := e.resourceVersions(t, ep)
 	e.reconcileNow(t, ep)
@@ -533,6 +549,8 @@ func (e *env) testHTTPRoute(t *testing.T) {
 	g.Expect(rule.BackendRefs).To(HaveLen(1))
 	g.Expect(string(rule.BackendRefs[0].Name)).To(Equal(resources.ReceiverName(ep)))
 	g.Expect(*rule.BackendRefs[0].Port).To(Equal(gatewayv1.PortNumber(80)))
+	g.Expect(rule.Filters).To(HaveLen(1), "the public prefix is rewritten to the receiver path")
+	g.Expect(*rule.Filters[0].URLRewrite.Path.ReplacePrefixMatch).To(Equal("/stripe"))
 
 	// A reconcile with the route in place changes nothing.
 	rv := route.ResourceVersion

@@ -113,7 +113,15 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 					EnableServiceLinks:            ptr.To(false),
 					SecurityContext:               podSecurityContext(),
 					TerminationGracePeriodSeconds: ptr.To[int64](30),
-					Volumes:                       vols,
+					// Spread replicas over nodes when the scheduler can, so one node going
+					// away does not take every receiver with it.
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew:           1,
+						TopologyKey:       corev1.LabelHostname,
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: SelectorLabels(ep)},
+					}},
+					Volumes: vols,
 					Containers: []corev1.Container{{
 						Name:  ContainerReceiver,
 						Image: image(ep, opts),

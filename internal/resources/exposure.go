@@ -75,6 +75,31 @@ func HTTPRoute(ep *v1alpha1.WebhookEndpoint) *gatewayv1.HTTPRoute {
 	for _, h := range spec.Hostnames {
 		hosts = append(hosts, gatewayv1.Hostname(h))
 	}
+	rule := gatewayv1.HTTPRouteRule{
+		Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{
+			Type:  ptr.To(gatewayv1.PathMatchPathPrefix),
+			Value: ptr.To(ExposedPath(ep)),
+		}}},
+		BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+			BackendObjectReference: gatewayv1.BackendObjectReference{
+				Group: ptr.To(gatewayv1.Group("")),
+				Kind:  ptr.To(gatewayv1.Kind("Service")),
+				Name:  gatewayv1.ObjectName(ReceiverName(ep)),
+				Port:  ptr.To(gatewayv1.PortNumber(ServicePortHTTP)),
+			},
+			Weight: ptr.To[int32](1),
+		}}},
+	}
+	if ExposedPath(ep) != ReceiverPath(ep) {
+		// The receiver serves exactly spec.receiver.path: rewrite the public prefix to it.
+		rule.Filters = []gatewayv1.HTTPRouteFilter{{
+			Type: gatewayv1.HTTPRouteFilterURLRewrite,
+			URLRewrite: &gatewayv1.HTTPURLRewriteFilter{Path: &gatewayv1.HTTPPathModifier{
+				Type:               gatewayv1.PrefixMatchHTTPPathModifier,
+				ReplacePrefixMatch: ptr.To(ReceiverPath(ep)),
+			}},
+		}}
+	}
 	return &gatewayv1.HTTPRoute{
 		TypeMeta: metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -83,21 +108,7 @@ func HTTPRoute(ep *v1alpha1.WebhookEndpoint) *gatewayv1.HTTPRoute {
 		Spec: gatewayv1.HTTPRouteSpec{
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: parents},
 			Hostnames:       hosts,
-			Rules: []gatewayv1.HTTPRouteRule{{
-				Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{
-					Type:  ptr.To(gatewayv1.PathMatchPathPrefix),
-					Value: ptr.To(ExposedPath(ep)),
-				}}},
-				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
-					BackendObjectReference: gatewayv1.BackendObjectReference{
-						Group: ptr.To(gatewayv1.Group("")),
-						Kind:  ptr.To(gatewayv1.Kind("Service")),
-						Name:  gatewayv1.ObjectName(ReceiverName(ep)),
-						Port:  ptr.To(gatewayv1.PortNumber(ServicePortHTTP)),
-					},
-					Weight: ptr.To[int32](1),
-				}}},
-			}},
+			Rules:           []gatewayv1.HTTPRouteRule{rule},
 		},
 	}
 }

@@ -475,9 +475,19 @@ func TestExposure(t *testing.T) {
 		t.Errorf("hostnames = %v", route.Spec.Hostnames)
 	}
 	rule := route.Spec.Rules[0]
-	if *rule.Matches[0].Path.Value != "/stripe" || len(rule.BackendRefs) != 1 {
+	if *rule.Matches[0].Path.Value != "/stripe" || len(rule.BackendRefs) != 1 || len(rule.Filters) != 0 {
 		t.Errorf("rule = %+v", rule)
 	}
+	ep.Spec.Exposure.HTTPRoute.Path = "/hooks/stripe"
+	rewritten := HTTPRoute(ep).Spec.Rules[0]
+	if *rewritten.Matches[0].Path.Value != "/hooks/stripe" || len(rewritten.Filters) != 1 ||
+		*rewritten.Filters[0].URLRewrite.Path.ReplacePrefixMatch != "/stripe" {
+		t.Errorf("a public prefix other than the receiver path must be rewritten to it: %+v", rewritten)
+	}
+	if got := PublicURL(ep); got != "https://hooks.example.com/hooks/stripe" {
+		t.Errorf("PublicURL = %s", got)
+	}
+	ep.Spec.Exposure.HTTPRoute.Path = ""
 	be := rule.BackendRefs[0]
 	if string(be.Name) != "orders-receiver" || *be.Port != 80 || string(*be.Kind) != "Service" {
 		t.Errorf("backend = %+v (only the webhook port may be routed)", be)
