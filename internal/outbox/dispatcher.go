@@ -79,18 +79,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	recordCtx, stopRecording := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRecording()
 
-	results := make(chan result, d.opts.Concurrency)
-	freed := make(chan int, d.opts.Concurrency)
+	// Up to 2*Concurrency rows are held: Concurrency in flight and as many claimed
+	// ahead, so claims come in batches of at least Concurrency rows instead of one
+	// statement per finished delivery.
+	maxHeld := 2 * d.opts.Concurrency
+	results := make(chan result, maxHeld)
+	freed := make(chan int, maxHeld)
+	work := make(chan row, maxHeld)
 	recorderDone := make(chan struct{})
 	go func() {
 		defer close(recorderDone)
 		d.recordLoop(recordCtx, results, freed)
 	}()
-
 	var workers sync.WaitGroup
-	d.claimLoop(ctx, hard, results, freed, &workers)
+	for range d.opts.Concurrency {
+		workers.Go(func() {
+			for r := range work {
+				results <- d.deliver(ctx, hard, r)
+			}
+		})
+	}
 
-	// Shutdown: no more claims. Wait for the deliveries in flight, then cut them off.
+	d.claimLoop(ctx, work, freed, maxHeld)
+
+	// Shutdown: no more claims. Rows still queued come back unsent; wait for the
+	// deliveries in flight, then cut them off.
+	close(work)
 	drained := make(chan struct{})
 	go func() { workers.Wait(); close(drained) }()
 	grace := time.NewTimer(d.opts.ShutdownGrace)
@@ -112,18 +126,19 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// claimLoop claims rows into free delivery slots until ctx ends. It claims when woken
-// (NOTIFY, recorded results, a full batch) or when the poll interval passes.
-func (d *Dispatcher) claimLoop(ctx, hard context.Context, results chan<- result, freed <-chan int, workers *sync.WaitGroup) {
+// claimLoop claims rows into the work queue until ctx ends. It claims when woken
+// (NOTIFY, recorded results, a retry falling due, a full batch) or when the poll
+// interval passes, and only once at most Concurrency rows are held, topping up to maxHeld.
+func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-chan int, maxHeld int) {
 	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
-	inFlight := 0
+	held := 0
 	due := true // claim at start: rows may have been waiting
 	poll := time.NewTimer(d.opts.PollInterval)
 	defer poll.Stop()
 	failures := 0
 	for {
-		if due && inFlight < d.opts.Concurrency && ctx.Err() == nil {
-			limit := min(d.opts.Concurrency-inFlight, d.opts.BatchSize)
+		if due && held <= d.opts.Concurrency && ctx.Err() == nil {
+			limit := min(maxHeld-held, d.opts.BatchSize)
 			rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease)
 			switch {
 			case err != nil && ctx.Err() != nil:
@@ -136,9 +151,11 @@ func (d *Dispatcher) claimLoop(ctx, hard context.Context, results chan<- result,
 				due = false
 			default:
 				failures = 0
+				claimedAt := time.Now()
 				for _, r := range rows {
-					inFlight++
-					workers.Go(func() { results <- d.deliver(ctx, hard, r) })
+					r.claimedAt = claimedAt
+					held++
+					work <- r
 				}
 				// A full batch means more may be due right away.
 				due = len(rows) == limit
@@ -151,7 +168,7 @@ func (d *Dispatcher) claimLoop(ctx, hard context.Context, results chan<- result,
 		case <-ctx.Done():
 			return
 		case n := <-freed:
-			inFlight -= n
+			held -= n
 			due = true
 		case <-d.wake:
 			due = true
@@ -165,7 +182,9 @@ func (d *Dispatcher) claimLoop(ctx, hard context.Context, results chan<- result,
 // context (ended at shutdown), hard the one that cuts requests off after the grace.
 func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
 	res := result{ID: r.ID, Attempt: r.Attempt}
-	if stop.Err() != nil {
+	// A row that waited in the queue so long that its lease could end during the
+	// attempt goes back unsent rather than risk a concurrent second delivery.
+	if stop.Err() != nil || time.Since(r.claimedAt)+d.opts.Timeout > d.opts.Lease-time.Second {
 		res.Outcome, res.Done = outcomeUnsent, time.Now()
 		return res
 	}

@@ -442,6 +442,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		"ftp url":      func(o *Options) { o.SinkURL = "ftp://x/" },
 		"bad key":      func(o *Options) { o.SigningKey = "whsec_***" },
 		"bad ordering": func(o *Options) { o.Ordering = "Random" },
+		"short lease":  func(o *Options) { o.Timeout, o.Lease = 10*time.Second, 11*time.Second },
 	} {
 		o := base
 		mutate(&o)
@@ -491,7 +492,7 @@ func TestChildDispatcherProcess(t *testing.T) {
 	defer pool.Close()
 	d := NewDispatcher(pool, Options{
 		Endpoint: testEndpoint, Tables: store.TablesIn(testSchema), SinkURL: os.Getenv("CHILD_SINK_URL"),
-		Concurrency: 4, Lease: 2 * time.Second, Timeout: time.Minute, PollInterval: 50 * time.Millisecond,
+		Concurrency: 4, Lease: 5 * time.Second, Timeout: 3 * time.Second, PollInterval: 50 * time.Millisecond,
 		Logger: logr.Discard(),
 	})
 	_ = d.Run(ctx)
@@ -560,8 +561,8 @@ func TestKilledDispatcherProcess(t *testing.T) {
 		byKey[a.Key]++
 		if f, ok := first[a.Key]; !ok {
 			first[a.Key] = a.At
-		} else if gap := a.At.Sub(f); gap < 1500*time.Millisecond {
-			t.Errorf("key %s re-delivered %s after the killed attempt, before its 2s lease ended", a.Key, gap)
+		} else if gap := a.At.Sub(f); gap < 4500*time.Millisecond {
+			t.Errorf("key %s re-delivered %s after the killed attempt, before its 5s lease ended", a.Key, gap)
 		}
 	}
 	for i, r := range rows {

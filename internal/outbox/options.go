@@ -140,6 +140,9 @@ func (o Options) validate() error {
 		// The URL may carry credentials: do not echo it.
 		return errors.New("dispatcher options: sink URL must be an absolute http or https URL")
 	}
+	if o.Lease < o.Timeout+2*time.Second {
+		return fmt.Errorf("dispatcher options: lease %s must exceed the attempt timeout %s by at least 2s", o.Lease, o.Timeout)
+	}
 	switch o.Ordering {
 	case v1alpha1.OrderingPerEntity, v1alpha1.OrderingNone:
 	default:

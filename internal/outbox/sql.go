@@ -24,6 +24,8 @@ type row struct {
 	// Attempt is the attempts column after the claim: this attempt's number and the fence
 	// its result is recorded under.
 	Attempt int
+	// claimedAt is when the lease began, by this process's clock.
+	claimedAt time.Time
 }
 
 // outcome is what became of one claimed row.
