@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,8 +35,16 @@ func (r *WebhookEndpointReconciler) event(ep *v1alpha1.WebhookEndpoint, eventTyp
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(ep, nil, eventType, reason, action, note, args...)
+	msg := fmt.Sprintf(note, args...)
+	if len(msg) > maxEventNote {
+		msg = msg[:maxEventNote-3] + "..."
+	}
+	r.Recorder.Eventf(ep, nil, eventType, reason, action, "%s", msg)
 }
+
+// maxEventNote keeps notes under the events.k8s.io limit (1 kB); a longer note would
+// make the API server reject the Event.
+const maxEventNote = 1000
 
 // reconcileConfig checks what admission cannot (CEL compiles, templates parse) and
 // renders the receiver's view of the endpoint.

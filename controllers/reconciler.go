@@ -89,8 +89,8 @@ func (r *WebhookEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	st := newState(ep, r.now())
 	err := r.reconcileSteps(ctx, st)
-	if err != nil && apierrors.IsConflict(err) {
-		logger.V(1).Info("conflict, requeueing", "error", err.Error())
+	if err != nil {
+		logger.V(1).Info("reconcile step failed, will retry", "error", err.Error())
 	}
 	statusErr := r.patchStatus(ctx, st)
 	if err := errors.Join(err, statusErr); err != nil {

@@ -38,6 +38,9 @@ const (
 	ReasonProgressing     = "Progressing"
 )
 
+// maxConditionMessage is below metav1.Condition's 32768-byte limit.
+const maxConditionMessage = 32000
+
 // stalledReasons need a person to act; every other False reason converges by itself.
 var stalledReasons = map[string]bool{
 	ReasonInvalidConfig:   true,
@@ -52,6 +55,9 @@ var stalledReasons = map[string]bool{
 
 // setCondition records a condition for the current generation.
 func (st *state) setCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+	if len(message) > maxConditionMessage {
+		message = message[:maxConditionMessage-3] + "..."
+	}
 	meta.SetStatusCondition(&st.ep.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
