@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -129,11 +130,12 @@ FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(k, e, p, n)
 
 // drain runs a dispatcher until every row is delivered and returns deliveries/s.
 func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options) (float64, time.Duration, error) {
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
 	begin := time.Now()
-	go func() { done <- outbox.NewDispatcher(pool, opts).Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	stop, err := startDispatcher(ctx, pool, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var pending int
@@ -160,10 +162,11 @@ func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *n
 // commitToSink inserts rows one per transaction at rate/s for d while a dispatcher runs,
 // and returns each row's time from commit acknowledged to arrival at the sink.
 func commitToSink(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options, rate float64, d time.Duration) ([]time.Duration, error) {
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- outbox.NewDispatcher(pool, opts).Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	stop, err := startDispatcher(ctx, pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 
 	var mu sync.Mutex
 	committed := map[string]time.Time{}
@@ -235,6 +238,26 @@ VALUES ($1, $2, $3, 'order.paid', $2, $4::jsonb)`, tables.Outbox)
 		lat = append(lat, max(0, arrived[key].Sub(c)))
 	}
 	return lat, nil
+}
+
+// startDispatcher runs a dispatcher until stop is called. Run only returns early for
+// options it rejects, which it does at once.
+func startDispatcher(ctx context.Context, pool *pgxpool.Pool, opts outbox.Options) (stop func(), err error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- outbox.NewDispatcher(pool, opts).Run(runCtx) }()
+	select {
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("start dispatcher: %w", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Printf("dispatcher: %v", err)
+		}
+	}, nil
 }
 
 // noopSink answers 204 to every delivery and checks per-entity order on the way.
