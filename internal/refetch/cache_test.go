@@ -27,7 +27,9 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func answer(status string) Live { return Live{ObjectID: "pi_1", ObjectType: "payment_intent", Status: status} }
+func answer(status string) Live {
+	return Live{ObjectID: "pi_1", ObjectType: "payment_intent", Status: status}
+}
 
 func TestCacheTTL(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_767_225_600, 0)}

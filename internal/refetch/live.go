@@ -3,6 +3,7 @@ package refetch
 import (
 	"context"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 )
 
@@ -21,4 +22,16 @@ func LiveFunc(f Fetcher) receipt.LiveFunc {
 		}
 		return receipt.LiveValue{Value: l.Object, Detail: l.Detail()}, nil
 	}
+}
+
+// RecorderOptions are the receipt.Recorder options of provider's refetch block, with the
+// API key from config.EnvRefetchAPIKey: none when there is no block. Every process that
+// runs the receipt transaction (receiver, replay) passes them, so `live` is the same
+// everywhere.
+func RecorderOptions(provider v1alpha1.ProviderSpec, getenv func(string) string, opts Options) ([]receipt.Option, error) {
+	r, err := FromEnv(provider, getenv, opts)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	return []receipt.Option{receipt.WithLive(LiveFunc(r))}, nil
 }

@@ -1,0 +1,405 @@
+package refetch_test
+
+// These tests run the real webhook path: a signed Stripe request into receiver's
+// handler, the receipt transaction against a real PostgreSQL (internal/testsupport),
+// and the re-fetch against a local server that speaks Stripe's object API.
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+func TestMain(m *testing.M) { testsupport.Main(m) }
+
+const (
+	testSchema        = "hk"
+	testSigningSecret = "whsec_refetchIntegrationSigningSecret"
+	tenant            = "acme"
+	// captureGuard is the guard of the docs: the live PaymentIntent, not the event's
+	// copy of it, must have succeeded for exactly the order's amount.
+	captureGuard = `live.status == "succeeded" && live.amount_received == entity.amount`
+)
+
+// harness is one endpoint served by the real handler, its database and the stub API.
+type harness struct {
+	t    *testing.T
+	ctx  context.Context
+	stub *stripeStub
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	logs *logBuffer
+}
+
+func newHarness(t *testing.T, timeout time.Duration) *harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	stub := newStripeStub(t)
+	dbURL := testsupport.MigratedDatabase(t, testSchema)
+
+	we := &v1alpha1.WebhookEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-payments", Namespace: "shop"},
+		Spec: v1alpha1.WebhookEndpointSpec{
+			Provider: v1alpha1.ProviderSpec{
+				Type: v1alpha1.ProviderStripe,
+				Refetch: &v1alpha1.RefetchSpec{
+					APIKeySecretRef: v1alpha1SecretRef("stripe-api", "restricted-key"),
+					BaseURL:         stub.URL(),
+					Transitions:     []string{"capture"},
+					Timeout:         &metav1.Duration{Duration: timeout},
+				},
+			},
+			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: v1alpha1SecretRef("stripe-webhook", "current")}},
+			Event:          v1alpha1.EventSpec{EntityKey: "body.data.object.metadata.client_txn_id"},
+			Database:       v1alpha1.DatabaseSpec{URLSecretRef: v1alpha1SecretRef("shop-db-app", "uri"), Schema: testSchema},
+			Entity: v1alpha1.EntitySpec{
+				Table: &v1alpha1.EntityTableSpec{
+					Schema: "public", Name: "orders", KeyColumn: "client_txn_id", StateColumn: "status",
+					AmountColumn: "expected_amount_paise",
+					Tenant:       &v1alpha1.TenantSpec{Column: "tenant_id", Value: tenant},
+				},
+				OnUnmatched: v1alpha1.UnmatchedRecord,
+			},
+			StateMachine: v1alpha1.StateMachineSpec{
+				Initial: "payment_pending",
+				States:  []string{"payment_pending", "paid", "failed"},
+				Transitions: []v1alpha1.Transition{
+					{Name: "capture", On: []string{"payment_intent.succeeded"}, From: []string{"payment_pending"}, To: "paid",
+						Guard: captureGuard, Emit: "order.paid"},
+					{Name: "fail", On: []string{"payment_intent.payment_failed"}, From: []string{"payment_pending"}, To: "failed",
+						Emit: "order.failed"},
+				},
+			},
+			Delivery: v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://fulfilment.shop.svc:8080/events"}},
+		},
+	}
+	env := map[string]string{
+		config.EnvDatabaseURL:               dbURL,
+		config.EnvSigningSecretPrefix + "0": testSigningSecret,
+		config.EnvRefetchAPIKey:             testAPIKey,
+	}
+	getenv := func(k string) string { return env[k] }
+	ep, err := config.Compile(we, getenv)
+	if err != nil {
+		t.Fatalf("compile endpoint: %v", err)
+	}
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE public.orders (
+  tenant_id             text   NOT NULL,
+  client_txn_id         text   NOT NULL,
+  status                text   NOT NULL,
+  expected_amount_paise bigint NOT NULL,
+  PRIMARY KEY (tenant_id, client_txn_id))`); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &logBuffer{}
+	// The wiring a receiver process does: a Refetcher from the manifest and the
+	// environment, handed to the Recorder as its `live`.
+	rf, err := refetch.FromEnv(ep.Spec.Provider, getenv, refetch.Options{Logger: logs.logger()})
+	if err != nil {
+		t.Fatalf("refetch: %v", err)
+	}
+	rec := receipt.NewRecorder(pool, ep, receipt.WithLive(refetch.LiveFunc(rf)))
+	h, err := receiver.HandlerFor(ep, rec, logs.logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &harness{t: t, ctx: ctx, stub: stub, pool: pool, srv: srv, logs: logs}
+}
+
+func (h *harness) order(txnID string, amount int64) {
+	h.t.Helper()
+	if _, err := h.pool.Exec(h.ctx, `INSERT INTO public.orders VALUES ($1, $2, 'payment_pending', $3)`, tenant, txnID, amount); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// deliver POSTs a signed Stripe event about PaymentIntent piID of order txnID and
+// returns the status code. The event's own copy of the object always claims success
+// with the full amount: only the live object can tell otherwise.
+func (h *harness) deliver(eventID, eventType, piID, txnID string) int {
+	h.t.Helper()
+	status := "succeeded"
+	if eventType == "payment_intent.payment_failed" {
+		status = "requires_payment_method"
+	}
+	body, err := json.Marshal(map[string]any{
+		"id": eventID, "object": "event", "type": eventType, "api_version": "2024-06-20",
+		"created": time.Now().Unix(), "livemode": false,
+		"data": map[string]any{"object": map[string]any{
+			"id": piID, "object": "payment_intent", "amount": 2000, "amount_received": 2000,
+			"currency": "inr", "status": status, "metadata": map[string]any{"client_txn_id": txnID},
+		}},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(testSigningSecret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, h.srv.URL+"/", bytes.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("deliver %s: %v", eventID, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	if err := h.pool.QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (h *harness) receipts(eventID string) int {
+	return h.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = $1`, eventID)
+}
+
+func (h *harness) receipt(eventID string) (outcome, detail string) {
+	h.t.Helper()
+	if err := h.pool.QueryRow(h.ctx, `SELECT outcome, detail FROM hk.webhook_events WHERE event_id = $1`, eventID).Scan(&outcome, &detail); err != nil {
+		h.t.Fatalf("receipt of %s: %v", eventID, err)
+	}
+	return outcome, detail
+}
+
+func (h *harness) orderStatus(txnID string) string {
+	h.t.Helper()
+	var s string
+	if err := h.pool.QueryRow(h.ctx, `SELECT status FROM public.orders WHERE tenant_id = $1 AND client_txn_id = $2`, tenant, txnID).Scan(&s); err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+func (h *harness) outboxRows(txnID string) int {
+	return h.count(`SELECT count(*) FROM hk.outbox WHERE entity_key = $1`, txnID)
+}
+
+func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-rpm", 2000)
+	h.stub.set("/v1/payment_intents/pi_rpm", http.StatusOK, objectFixture(t, "payment_intent_requires_payment_method.json", "pi_rpm", "order-rpm"))
+
+	if code := h.deliver("evt_rpm", "payment_intent.succeeded", "pi_rpm", "order-rpm"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	outcome, detail := h.receipt("evt_rpm")
+	if outcome != string(receipt.OutcomeGuardFailed) {
+		t.Errorf("outcome %s (%s), want guard_failed", outcome, detail)
+	}
+	if want := "refetch: payment_intent pi_rpm is requires_payment_method"; !bytes.Contains([]byte(detail), []byte(want)) {
+		t.Errorf("detail %q does not say what the provider answered (%q)", detail, want)
+	}
+	if s := h.orderStatus("order-rpm"); s != "payment_pending" {
+		t.Errorf("order moved to %s", s)
+	}
+	if n := h.outboxRows("order-rpm"); n != 0 {
+		t.Errorf("%d outbox rows, want 0", n)
+	}
+	if n := h.stub.requests.Load(); n != 1 {
+		t.Errorf("%d API requests, want 1", n)
+	}
+}
+
+func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-ok", 2000)
+	h.stub.set("/v1/payment_intents/pi_ok", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_ok", "order-ok"))
+
+	if code := h.deliver("evt_ok", "payment_intent.succeeded", "pi_ok", "order-ok"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	outcome, detail := h.receipt("evt_ok")
+	if outcome != string(receipt.OutcomeApplied) {
+		t.Fatalf("outcome %s (%s), want applied", outcome, detail)
+	}
+	if detail != "refetch: payment_intent pi_ok is succeeded" {
+		t.Errorf("detail %q, want the confirming fetch", detail)
+	}
+	if s := h.orderStatus("order-ok"); s != "paid" {
+		t.Errorf("order is %s, want paid", s)
+	}
+	if n := h.outboxRows("order-ok"); n != 1 {
+		t.Errorf("%d outbox rows, want 1", n)
+	}
+}
+
+func TestLiveAmountBelowTheOrderDoesNotMoveIt(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-short", 5000) // the order expects more than the PaymentIntent received
+	h.stub.set("/v1/payment_intents/pi_short", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_short", "order-short"))
+
+	if code := h.deliver("evt_short", "payment_intent.succeeded", "pi_short", "order-short"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	if outcome, detail := h.receipt("evt_short"); outcome != string(receipt.OutcomeGuardFailed) {
+		t.Errorf("outcome %s (%s), want guard_failed", outcome, detail)
+	}
+	if s := h.orderStatus("order-short"); s != "payment_pending" {
+		t.Errorf("order moved to %s", s)
+	}
+}
+
+func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-404", 2000)
+	// The stub knows no pi_123: it answers Stripe's resource_missing 404.
+	if code := h.deliver("evt_404", "payment_intent.succeeded", "pi_123", "order-404"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	outcome, detail := h.receipt("evt_404")
+	if outcome != string(receipt.OutcomeGuardFailed) || detail != "refetch: object pi_123 not found" {
+		t.Errorf("receipt %s %q, want guard_failed \"refetch: object pi_123 not found\"", outcome, detail)
+	}
+	if s := h.orderStatus("order-404"); s != "payment_pending" {
+		t.Errorf("order moved to %s", s)
+	}
+}
+
+func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-500", 2000)
+	path := "/v1/payment_intents/pi_500"
+	h.stub.set(path, http.StatusInternalServerError, fixture(t, "error_500.json"))
+
+	if code := h.deliver("evt_500", "payment_intent.succeeded", "pi_500", "order-500"); code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery answered %d while the API fails, want 503", code)
+	}
+	if n := h.receipts("evt_500"); n != 0 {
+		t.Fatalf("%d receipts stored for a 503, want 0", n)
+	}
+	if !bytes.Contains([]byte(h.logs.String()), []byte("webhook not recorded: provider re-fetch")) {
+		t.Errorf("the receiver's log does not say the re-fetch failed:\n%s", h.logs.String())
+	}
+	if s := h.orderStatus("order-500"); s != "payment_pending" {
+		t.Fatalf("order moved to %s", s)
+	}
+
+	// Stripe recovers; its retry of the same event applies, once.
+	h.stub.set(path, http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_500", "order-500"))
+	for i := range 2 {
+		if code := h.deliver("evt_500", "payment_intent.succeeded", "pi_500", "order-500"); code != http.StatusOK {
+			t.Fatalf("retry %d answered %d, want 200", i+1, code)
+		}
+	}
+	if outcome, detail := h.receipt("evt_500"); outcome != string(receipt.OutcomeApplied) {
+		t.Errorf("outcome %s (%s), want applied", outcome, detail)
+	}
+	if n := h.receipts("evt_500"); n != 1 {
+		t.Errorf("%d receipts, want 1", n)
+	}
+	if n := h.outboxRows("order-500"); n != 1 {
+		t.Errorf("%d outbox rows, want 1", n)
+	}
+	if s := h.orderStatus("order-500"); s != "paid" {
+		t.Errorf("order is %s, want paid", s)
+	}
+}
+
+func TestProviderTimeoutIs503AndTheRetryApplies(t *testing.T) {
+	h := newHarness(t, 300*time.Millisecond)
+	h.order("order-slow", 2000)
+	h.stub.set("/v1/payment_intents/pi_slow", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_slow", "order-slow"))
+	h.stub.holdRequests()
+
+	if code := h.deliver("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow"); code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery answered %d while the API hangs, want 503", code)
+	}
+	if n := h.receipts("evt_slow"); n != 0 {
+		t.Fatalf("%d receipts stored for a 503, want 0", n)
+	}
+
+	h.stub.release()
+	if code := h.deliver("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow"); code != http.StatusOK {
+		t.Fatalf("retry answered %d, want 200", code)
+	}
+	if outcome, detail := h.receipt("evt_slow"); outcome != string(receipt.OutcomeApplied) {
+		t.Errorf("outcome %s (%s), want applied", outcome, detail)
+	}
+	if s := h.orderStatus("order-slow"); s != "paid" {
+		t.Errorf("order is %s, want paid", s)
+	}
+}
+
+func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-key", 2000)
+	h.stub.set("/v1/payment_intents/pi_key", http.StatusUnauthorized, fixture(t, "error_401.json"))
+
+	if code := h.deliver("evt_key", "payment_intent.succeeded", "pi_key", "order-key"); code != http.StatusServiceUnavailable {
+		t.Fatalf("delivery answered %d with a rejected key, want 503", code)
+	}
+	if n := h.receipts("evt_key"); n != 0 {
+		t.Errorf("%d receipts stored for a 503, want 0", n)
+	}
+	logs := h.logs.String()
+	if !bytes.Contains([]byte(logs), []byte("apiKeySecretRef")) {
+		t.Errorf("no log line tells a person to fix the key:\n%s", logs)
+	}
+	if bytes.Contains([]byte(logs), []byte(testAPIKey)) || bytes.Contains([]byte(logs), []byte("Invalid API Key")) {
+		t.Errorf("the key leaked into the logs:\n%s", logs)
+	}
+}
+
+func TestTransitionsNotListedNeverCallTheAPI(t *testing.T) {
+	h := newHarness(t, 2*time.Second)
+	h.order("order-fail", 2000)
+
+	// fail is not in spec.provider.refetch.transitions.
+	if code := h.deliver("evt_fail", "payment_intent.payment_failed", "pi_fail", "order-fail"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	if outcome, detail := h.receipt("evt_fail"); outcome != string(receipt.OutcomeApplied) {
+		t.Errorf("outcome %s (%s), want applied", outcome, detail)
+	}
+	// No transition handles this type at all.
+	if code := h.deliver("evt_other", "payment_intent.created", "pi_fail", "order-fail"); code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", code)
+	}
+	if n := h.stub.requests.Load(); n != 0 {
+		t.Errorf("%d API requests for transitions that do not re-fetch, want 0", n)
+	}
+	if s := h.orderStatus("order-fail"); s != "failed" {
+		t.Errorf("order is %s, want failed", s)
+	}
+}
