@@ -441,6 +441,11 @@ func (e *env) testIngress(t *testing.T) {
 	cur = e.waitCondition(t, ep, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
 	g.Expect(cur.Status.URL).To(Equal("https://hooks.example.com/stripe"))
 	g.Expect(condition(cur, v1alpha1.ConditionExposed).Reason).To(Equal(controllers.ReasonLoadBalanced))
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), ing)).To(Succeed())
+	rv := ing.ResourceVersion
+	e.reconcileNow(t, ep)
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), ing)).To(Succeed())
+	g.Expect(ing.ResourceVersion).To(Equal(rv), "Ingress rewritten by a no-op reconcile")
 
 	// Removing the exposure removes the Ingress and the public URL.
 	g.Eventually(func(g Gomega) {
