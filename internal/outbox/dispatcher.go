@@ -136,10 +136,23 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 	poll := time.NewTimer(d.opts.PollInterval)
 	defer poll.Stop()
 	failures := 0
+	// After a claim that found nothing, NOTIFY and poll wake-ups are held back for ten
+	// times what the claim took (at most the poll interval). When the backlog is stuck (the sink is
+	// down, every head is backing off) a claim scans the blocked rows, and one per
+	// NOTIFY would spend the database's CPU on finding nothing.
+	var quietUntil time.Time
 	for {
+		if wait := time.Until(quietUntil); due && wait > 0 {
+			resetTimer(poll, wait)
+			due = false
+		}
 		if due && held <= d.opts.Concurrency && ctx.Err() == nil {
 			limit := min(maxHeld-held, d.opts.BatchSize)
+			began := time.Now()
 			rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease)
+			if err == nil && len(rows) == 0 {
+				quietUntil = time.Now().Add(min(d.opts.PollInterval, 10*time.Since(began)))
+			}
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return
@@ -168,8 +181,11 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 		case <-ctx.Done():
 			return
 		case n := <-freed:
+			// Our own results may unblock rows (the next of an entity), and they come
+			// no faster than deliveries: claim now.
 			held -= n
 			due = true
+			quietUntil = time.Time{}
 		case <-d.wake:
 			due = true
 		case <-poll.C:
