@@ -3,18 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	hookv1 "github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -69,19 +74,39 @@ func runDispatcherSuite(ctx context.Context, env *Env) ([]Row, error) {
 		Logger:      logr.Discard(),
 	}
 
-	// Throughput: drain a pre-filled outbox.
-	if err := fillOutbox(ctx, pool, tables, dispatchRows, dispatchEntities); err != nil {
-		return nil, err
+	// Throughput: drain a pre-filled outbox, with one dispatcher (one pod) and two.
+	drains := map[int]float64{}
+	var cpuNote string
+	for _, dispatchers := range []int{1, 2} {
+		if err := fillOutbox(ctx, pool, tables, dispatchRows, dispatchEntities); err != nil {
+			return nil, err
+		}
+		sink.reset()
+		cpuBefore, err := cpuUse(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		throughput, drainTime, err := drain(ctx, pool, tables, sink, opts, dispatchers)
+		if err != nil {
+			return nil, err
+		}
+		cpuAfter, err := cpuUse(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		if dispatchers == 1 {
+			n := time.Duration(dispatchRows)
+			cpuNote = fmt.Sprintf("dispatcher+sink %s, PostgreSQL backends %s",
+				((cpuAfter.self - cpuBefore.self) / n).Round(time.Microsecond), (cpuAfter.backends.since(cpuBefore.backends) / n).Round(time.Microsecond))
+		}
+		if v := sink.outOfOrder.Load(); v > 0 {
+			return nil, fmt.Errorf("%d deliveries arrived out of order for their entity", v)
+		}
+		env.Log.Printf("dispatcher: %d dispatcher(s) drained %d rows of %d entities in %s: %.0f/s",
+			dispatchers, dispatchRows, dispatchEntities, drainTime.Round(time.Millisecond), throughput)
+		drains[dispatchers] = throughput
 	}
-	env.Log.Printf("dispatcher: %d rows of %d entities inserted; draining", dispatchRows, dispatchEntities)
-	throughput, drainTime, err := drain(ctx, pool, tables, sink, opts)
-	if err != nil {
-		return nil, err
-	}
-	if v := sink.outOfOrder.Load(); v > 0 {
-		return nil, fmt.Errorf("%d deliveries arrived out of order for their entity", v)
-	}
-	env.Log.Printf("dispatcher: drained %d rows in %s: %.0f/s", dispatchRows, drainTime.Round(time.Millisecond), throughput)
+	throughput := drains[1]
 
 	// Latency: rows committed one by one at a steady rate while the dispatcher runs.
 	rate := min(1000.0, throughput/2)
@@ -96,6 +121,9 @@ func runDispatcherSuite(ctx context.Context, env *Env) ([]Row, error) {
 	return []Row{
 		{Measure: "deliveries/s (PerEntity, concurrency 16)", Value: fmt.Sprintf("%.0f", throughput), Goal: ">= 2000",
 			Note: fmt.Sprintf("%d pre-inserted rows over %d entities, one dispatcher, local no-op HTTP sink", dispatchRows, dispatchEntities)},
+		{Measure: "deliveries/s, two dispatchers", Value: fmt.Sprintf("%.0f", drains[2]),
+			Note: "same, two dispatchers (two receiver pods) racing over the rows"},
+		{Measure: "CPU per delivery", Value: cpuNote, Note: "one dispatcher's drain; the two share this machine's cores"},
 		{Measure: "commit-to-sink p50", Value: ms(quantile(lat, 0.50)),
 			Note: fmt.Sprintf("%d rows committed one per transaction at %.0f/s, NOTIFY wake-up", len(lat), rate)},
 		{Measure: "commit-to-sink p99", Value: ms(quantile(lat, 0.99)), Goal: "<= 200ms", Note: "same run"},
@@ -104,6 +132,7 @@ func runDispatcherSuite(ctx context.Context, env *Env) ([]Row, error) {
 
 // fillOutbox inserts rows for entities in a shuffled order, each entity's rows in sequence.
 func fillOutbox(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, rows, entities int) error {
+	round := time.Now().UnixNano()
 	order := make([]int, rows)
 	for i := range order {
 		order[i] = i % entities
@@ -112,7 +141,7 @@ func fillOutbox(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, ro
 	seq := make([]int, entities)
 	keys, ents, payloads := make([]string, rows), make([]string, rows), make([]string, rows)
 	for i, e := range order {
-		keys[i] = fmt.Sprintf("fill-%d-%d", e, seq[e])
+		keys[i] = fmt.Sprintf("fill-%d-%d-%d", round, e, seq[e])
 		ents[i] = fmt.Sprintf("order-%d", e)
 		payloads[i] = fmt.Sprintf(`{"entity":"order-%d","seq":%d}`, e, seq[e])
 		seq[e]++
@@ -128,14 +157,16 @@ FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(k, e, p, n)
 	return nil
 }
 
-// drain runs a dispatcher until every row is delivered and returns deliveries/s.
-func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options) (float64, time.Duration, error) {
+// drain runs dispatchers until every row is delivered and returns deliveries/s.
+func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *noopSink, opts outbox.Options, dispatchers int) (float64, time.Duration, error) {
 	begin := time.Now()
-	stop, err := startDispatcher(ctx, pool, opts)
-	if err != nil {
-		return 0, 0, err
+	for range dispatchers {
+		stop, err := startDispatcher(ctx, pool, opts)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer stop()
 	}
-	defer stop()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		var pending int
@@ -260,6 +291,78 @@ func startDispatcher(ctx context.Context, pool *pgxpool.Pool, opts outbox.Option
 	}, nil
 }
 
+// cpuSample is CPU used so far by this process and by the bench database's backends.
+type cpuSample struct {
+	self     time.Duration
+	backends backendsCPU
+}
+
+// since sums, over the backends in b, the CPU used after a (new backends count whole).
+func (b backendsCPU) since(a backendsCPU) time.Duration {
+	var d time.Duration
+	for pid, t := range b {
+		d += t - a[pid]
+	}
+	return d
+}
+
+// backendsCPU is CPU time by backend pid.
+type backendsCPU map[int]time.Duration
+
+// cpuUse reads the process's CPU time and that of every backend of pool's database
+// (PostgreSQL must run on this machine: its backends are read from /proc).
+func cpuUse(ctx context.Context, pool *pgxpool.Pool) (cpuSample, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return cpuSample{}, fmt.Errorf("read own CPU time: %w", err)
+	}
+	sample := cpuSample{
+		self:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		backends: map[int]time.Duration{},
+	}
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return cpuSample{}, fmt.Errorf("list backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return cpuSample{}, fmt.Errorf("list backends: %w", err)
+	}
+	for _, pid := range pids {
+		if t, err := procCPU(int(pid)); err == nil {
+			sample.backends[int(pid)] = t
+		}
+	}
+	if len(sample.backends) == 0 {
+		return cpuSample{}, errors.New("no backend of the bench database in /proc: is PostgreSQL on this machine?")
+	}
+	return sample, nil
+}
+
+// procCPU is the user + system CPU time of process pid, from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// utime and stime are fields 14 and 15; the command name before them may hold spaces.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	// USER_HZ is 100 on Linux.
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // noopSink answers 204 to every delivery and checks per-entity order on the way.
 type noopSink struct {
 	url         string
@@ -311,6 +414,15 @@ func (s *noopSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.count.Add(1)
 	s.lastArrival.Store(now.UnixNano())
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// reset forgets what arrived so far.
+func (s *noopSink) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.count.Store(0)
+	s.outOfOrder.Store(0)
+	s.lastSeq = map[string]int{}
 }
 
 func (s *noopSink) setOnArrival(f func(string, time.Time)) {
