@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -221,9 +223,11 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if n := s.count(); n != 4 {
 		t.Errorf("sink saw %d requests, want 3 + 1", n)
 	}
-	eventually(t, 5*time.Second, "backlog gauge", func() bool {
+	eventually(t, 5*time.Second, "backlog gauges", func() bool {
 		b, err := d.Backlog(context.Background())
-		return err == nil && b.Dead == 2 && b.Pending == 0
+		return err == nil && b.Dead == 2 && b.Pending == 0 &&
+			testutil.ToFloat64(metrics.OutboxDead.WithLabelValues(testEndpoint)) == 2 &&
+			testutil.ToFloat64(metrics.OutboxBacklog.WithLabelValues(testEndpoint)) == 0
 	})
 
 	ctx := context.Background()
@@ -350,6 +354,35 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 		eventually(t, 2*time.Second, "delivery after the insert", func() bool { return db.state(t, ids[0]).Delivered })
 		t.Logf("insert %d delivered after %s", seq, time.Since(begin))
 	}
+}
+
+// A LISTEN connection that the server drops is re-established, and NOTIFY works again.
+func TestListenReconnects(t *testing.T) {
+	db := newTestDB(t)
+	s := newSink(t, nil)
+	opts := db.options(t, s.srv.URL)
+	opts.PollInterval = 30 * time.Second
+	start(t, db.pool, opts)
+	listener := func() int {
+		var pid int
+		err := db.pool.QueryRow(context.Background(), `SELECT COALESCE(max(pid), 0) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&pid)
+		if err != nil {
+			t.Fatalf("find the LISTEN session: %v", err)
+		}
+		return pid
+	}
+	var first int
+	eventually(t, 10*time.Second, "LISTEN session", func() bool { first = listener(); return first != 0 })
+	if _, err := db.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, first); err != nil {
+		t.Fatalf("terminate the LISTEN session: %v", err)
+	}
+	eventually(t, 10*time.Second, "a new LISTEN session", func() bool {
+		pid := listener()
+		return pid != 0 && pid != first
+	})
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
+	eventually(t, 2*time.Second, "delivery after the insert", func() bool { return db.state(t, ids[0]).Delivered })
 }
 
 // A late worker's result is fenced out by the attempt number of a newer claim.
