@@ -161,7 +161,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	results, err := h.opts.Recorder.RecordBatch(ctx, events)
 	cancel()
 	if err != nil {
-		h.unavailable(w, start, events, err)
+		h.unavailable(w, start, events, err, r.Context().Err() != nil)
 		return
 	}
 
@@ -183,20 +183,24 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // unavailable answers 503 with Retry-After: nothing was committed, and the provider's
 // retry is what completes the delivery.
-func (h *handler) unavailable(w http.ResponseWriter, start time.Time, events []event.Event, err error) {
+func (h *handler) unavailable(w http.ResponseWriter, start time.Time, events []event.Event, err error, clientGone bool) {
 	outcome := outcomeError
-	if errors.Is(err, receipt.ErrRetryLater) {
+	log := h.opts.Logger.WithValues("eventID", events[0].ID, "type", events[0].Type, "events", len(events),
+		"latency", time.Since(start))
+	switch {
+	case errors.Is(err, receipt.ErrRetryLater):
 		// Policy, not failure: onUnmatched Retry waits for the entity to exist.
 		outcome = string(receipt.OutcomeUnmatched)
-		h.opts.Logger.Info("webhook deferred: retry later", "eventID", events[0].ID, "type", events[0].Type,
-			"events", len(events), "reason", err.Error(), "latency", time.Since(start))
-	} else if errors.Is(err, refetch.ErrUnavailable) {
+		log.Info("webhook deferred: retry later", "reason", err.Error())
+	case clientGone:
+		// The provider hung up mid-transaction: it rolled back, and the provider's
+		// retry records the event. Not a database failure.
+		log.Info("webhook not recorded: client went away")
+	case errors.Is(err, refetch.ErrUnavailable):
 		// The provider's read API failed (or rejected the key): nothing was stored.
-		h.opts.Logger.Error(err, "webhook not recorded: provider re-fetch", "eventID", events[0].ID, "type", events[0].Type,
-			"events", len(events), "latency", time.Since(start))
-	} else {
-		h.opts.Logger.Error(err, "webhook not recorded: database", "eventID", events[0].ID, "type", events[0].Type,
-			"events", len(events), "latency", time.Since(start))
+		log.Error(err, "webhook not recorded: provider re-fetch")
+	default:
+		log.Error(err, "webhook not recorded: database")
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 	h.respond(w, http.StatusServiceUnavailable, outcome, "text/plain; charset=utf-8", []byte("temporarily unavailable, retry later\n"))
