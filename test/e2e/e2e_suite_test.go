@@ -90,19 +90,17 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// ReportAfterEach dumps the pod logs of a failed spec, which is where a receiver says why.
-var _ = ReportAfterEach(func(report SpecReport) {
-	if !report.Failed() || session == nil {
+// A failed spec dumps what explains it: the pod logs (where a receiver says why), the
+// namespace's events and the newest rows of the receipt and outbox tables.
+var _ = AfterEach(func() {
+	if !CurrentSpecReport().Failed() || session == nil {
 		return
 	}
-	matches, _ := filepath.Glob(filepath.Join(session.Agent.PodLogDir(), "*", "*.log"))
-	for _, m := range matches {
-		data, _ := os.ReadFile(m) //nolint:gosec // pod logs of this suite
-		if len(data) > 8<<10 {
-			data = data[len(data)-8<<10:]
-		}
-		GinkgoWriter.Printf("--- %s\n%s\n", m, data)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dumpPodLogs()
+	dumpEvents(ctx)
+	dumpTables(ctx)
 })
 
 // runOperator runs the operator in the test process, as `hookkeeper dev` does.

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,8 +18,10 @@ import (
 	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
@@ -134,17 +139,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 
 		// The operator changes the pod template's hash; the Deployment controller
 		// rolls the pods (maxUnavailable 0), the node agent runs the new ones.
-		Eventually(func(g Gomega) {
-			d, err := clientset.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(d.Spec.Template.Annotations[resources.AnnotationConfigHash]).NotTo(Equal(oldHash))
-			g.Expect(rolledOut(d)).To(BeTrue(), "deployment status %+v", d.Status)
-			pods := receiverPods(ctx, g, d)
-			g.Expect(pods).To(HaveLen(int(*d.Spec.Replicas)))
-			for _, p := range pods {
-				g.Expect(p.Annotations[resources.AnnotationConfigHash]).To(Equal(d.Spec.Template.Annotations[resources.AnnotationConfigHash]))
-			}
-		}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+		awaitRollout(ctx, ns, name, oldHash)
 		session.Samples.SigningSecrets[ep.Name] = rotated
 
 		id := "evt_" + run + "_after_rotation"
@@ -210,22 +205,264 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 			g.Expect(cs.Ready).To(BeTrue())
 		}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	})
+
+	It("ignores a refund that arrives before its capture; only a fresh refund applies after it", func(ctx SpecContext) {
+		order := "order-" + run + "-ooo"
+		const amount = int64(75000)
+		_, err := db.Exec(ctx, `INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
+			VALUES ('acme', $1, 'payment_pending', $2)`, order, amount)
+		Expect(err).NotTo(HaveOccurred())
+
+		// The provider's order of events: capture, then refund. The network delivers the
+		// refund first.
+		now := time.Now()
+		captureID := "evt_" + run + "_ooo_capture"
+		refundID := "evt_" + run + "_ooo_refund"
+		capture := devcluster.StripeEvent(captureID, "payment_intent.succeeded", order, amount, now.Add(-time.Minute))
+		refund := devcluster.StripeEvent(refundID, "charge.refunded", order, amount, now.Add(-30*time.Second))
+
+		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK), "an early event is acknowledged")
+		n, outcome := receipts(ctx, refundID)
+		Expect(n).To(Equal(1))
+		Expect(outcome).To(Equal("ignored_state"), "refund needs a paid order")
+		Expect(orderState(ctx, order)).To(Equal("payment_pending"))
+
+		Expect(devcluster.PostStripe(ctx, url, secret, capture)).To(Equal(http.StatusOK))
+		n, outcome = receipts(ctx, captureID)
+		Expect(n).To(Equal(1))
+		Expect(outcome).To(Equal("applied"))
+		Expect(orderState(ctx, order)).To(Equal("paid"))
+
+		// The provider retries the refund under the same event id: a duplicate of a
+		// recorded receipt, acknowledged without effect.
+		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK))
+		n, outcome = receipts(ctx, refundID)
+		Expect(n).To(Equal(1))
+		Expect(outcome).To(Equal("ignored_state"), "a redelivery does not reprocess the receipt")
+		Expect(orderState(ctx, order)).To(Equal("paid"))
+
+		// A new event (a fresh id) applies.
+		freshID := "evt_" + run + "_ooo_refund_fresh"
+		fresh := devcluster.StripeEvent(freshID, "charge.refunded", order, amount, now)
+		Expect(devcluster.PostStripe(ctx, url, secret, fresh)).To(Equal(http.StatusOK))
+		n, outcome = receipts(ctx, freshID)
+		Expect(n).To(Equal(1))
+		Expect(outcome).To(Equal("applied"))
+		Expect(orderState(ctx, order)).To(Equal("refunded"))
+
+		var types []string
+		Expect(db.QueryRow(ctx, `SELECT coalesce(array_agg(event_type ORDER BY id), '{}') FROM hookkeeper.outbox
+			WHERE endpoint = $1 AND entity_key = $2`, endpointKey, order).Scan(&types)).To(Succeed())
+		Expect(types).To(Equal([]string{"order.paid", "order.refunded"}), "the ignored refund emitted nothing")
+	})
+
+	It("keeps accepting signed traffic while the signing secret rotates", func(ctx SpecContext) {
+		ns := session.Samples.Namespace
+		name := resources.ReceiverName(ep)
+		d, err := clientset.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		hash := d.Spec.Template.Annotations[resources.AnnotationConfigHash]
+		oldRef := ep.Spec.SigningSecrets[0].SecretKeyRef
+		const nextKey = "next"
+		next := "whsec_next_" + run
+
+		// A provider sending fresh events all along, retrying what is not acknowledged.
+		var signing atomic.Pointer[string]
+		signing.Store(&secret)
+		currentKey := func() string { return *signing.Load() }
+		type result struct {
+			id  string
+			err error
+		}
+		results := make(chan result, 1<<14)
+		stop := make(chan struct{})
+		var acknowledged atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := fmt.Sprintf("evt_%s_rot_%d_%05d", run, w, i)
+					body := devcluster.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
+					err := deliverWith(ctx, url, currentKey, body, time.Minute)
+					if err == nil {
+						acknowledged.Add(1)
+					}
+					results <- result{id: id, err: err}
+				}
+			}()
+		}
+		stopSenders := func() {
+			select {
+			case <-stop:
+			default:
+				close(stop)
+			}
+			wg.Wait()
+		}
+		DeferCleanup(stopSenders)
+		atLeast := func(n int64) {
+			Eventually(acknowledged.Load).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).
+				Should(BeNumerically(">=", n))
+		}
+		atLeast(20)
+
+		// Add the new key next to the old one, and the endpoint verifies with both.
+		s, err := clientset.CoreV1().Secrets(ns).Get(ctx, oldRef.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		s.Data[nextKey] = []byte(next)
+		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		ep = updateEndpoint(ctx, ep, func(e *v1alpha1.WebhookEndpoint) {
+			e.Spec.SigningSecrets = append(e.Spec.SigningSecrets, v1alpha1.SigningSecret{
+				SecretKeyRef: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: oldRef.Name}, Key: nextKey},
+			})
+		})
+		hash = awaitRollout(ctx, ns, name, hash)
+
+		// The provider signs with the new key; every pod accepts it now.
+		signing.Store(&next)
+		mark := acknowledged.Load()
+		atLeast(mark + 20)
+
+		// Drop the old key from the endpoint, then from the Secret.
+		ep = updateEndpoint(ctx, ep, func(e *v1alpha1.WebhookEndpoint) {
+			e.Spec.SigningSecrets = slices.DeleteFunc(e.Spec.SigningSecrets, func(s v1alpha1.SigningSecret) bool {
+				return s.SecretKeyRef.Key == oldRef.Key
+			})
+		})
+		awaitRollout(ctx, ns, name, hash)
+		s, err = clientset.CoreV1().Secrets(ns).Get(ctx, oldRef.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		delete(s.Data, oldRef.Key)
+		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		mark = acknowledged.Load()
+		atLeast(mark + 20)
+		stopSenders()
+		close(results)
+
+		var ids []string
+		for r := range results {
+			Expect(r.err).NotTo(HaveOccurred(), "event %s was given up on", r.id)
+			ids = append(ids, r.id)
+		}
+		GinkgoWriter.Printf("rotation under traffic: %d events acknowledged\n", len(ids))
+
+		var stored []string
+		Expect(db.QueryRow(ctx, `SELECT coalesce(array_agg(event_id), '{}') FROM hookkeeper.webhook_events
+			WHERE endpoint = $1 AND starts_with(event_id, $2)`, endpointKey, "evt_"+run+"_rot_").Scan(&stored)).To(Succeed())
+		Expect(stored).To(ConsistOf(ids), "every acknowledged event is stored exactly once")
+
+		old := secret
+		secret = next
+		session.Samples.SigningSecrets[ep.Name] = next
+		probe := devcluster.StripeEvent("evt_"+run+"_rot_probe", "payment_intent.created", "order-1003", 1, time.Now())
+		Expect(devcluster.PostStripe(ctx, url, old, probe)).To(Equal(http.StatusUnauthorized), "the old key no longer verifies")
+		Expect(devcluster.PostStripe(ctx, url, next, probe)).To(Equal(http.StatusOK))
+	})
+
+	It("delivers each effect to the sink under one Idempotency-Key", func(ctx SpecContext) {
+		prefix := "evt_" + run + "_"
+		var applied int
+		Expect(db.QueryRow(ctx, `SELECT count(*) FROM hookkeeper.webhook_events
+			WHERE endpoint = $1 AND starts_with(event_id, $2) AND outcome = 'applied'`, endpointKey, prefix).Scan(&applied)).To(Succeed())
+		Expect(applied).To(BeNumerically(">=", 4), "the specs above applied transitions")
+
+		rows, err := db.Query(ctx, `SELECT dedupe_key, source_event_id FROM hookkeeper.outbox
+			WHERE endpoint = $1 AND starts_with(source_event_id, $2)`, endpointKey, prefix)
+		Expect(err).NotTo(HaveOccurred())
+		keyOf := map[string]string{} // source event id -> dedupe key
+		for rows.Next() {
+			var key, source string
+			Expect(rows.Scan(&key, &source)).To(Succeed())
+			Expect(keyOf).NotTo(HaveKey(source), "one effect per applied event")
+			keyOf[source] = key
+		}
+		Expect(rows.Err()).NotTo(HaveOccurred())
+		Expect(keyOf).To(HaveLen(applied), "every applied transition of the sample emits one effect")
+
+		Eventually(func(g Gomega) {
+			var pending int
+			g.Expect(db.QueryRow(ctx, `SELECT count(*) FROM hookkeeper.outbox WHERE endpoint = $1
+				AND starts_with(source_event_id, $2) AND delivered_at IS NULL`, endpointKey, prefix).Scan(&pending)).To(Succeed())
+			g.Expect(pending).To(BeZero())
+		}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		keysBySource := map[string]map[string]bool{}
+		for _, d := range session.Sink.Deliveries() {
+			var env struct {
+				ID            string `json:"id"`
+				SourceEventID string `json:"sourceEventId"`
+			}
+			Expect(json.Unmarshal(d.Body, &env)).To(Succeed())
+			if !strings.HasPrefix(env.SourceEventID, prefix) {
+				continue
+			}
+			Expect(d.IdempotencyKey).To(Equal(env.ID), "the header names the body's effect")
+			if keysBySource[env.SourceEventID] == nil {
+				keysBySource[env.SourceEventID] = map[string]bool{}
+			}
+			keysBySource[env.SourceEventID][d.IdempotencyKey] = true
+		}
+		Expect(keysBySource).To(HaveLen(len(keyOf)), "the sink got every effect")
+		for source, keys := range keysBySource {
+			Expect(keys).To(HaveLen(1), "repeats of %s carry the same key", source)
+			Expect(keys).To(HaveKey(keyOf[source]))
+		}
+	})
+
+	// Last: it deletes the endpoint the specs above use.
+	It("garbage-collects what it made when the WebhookEndpoint is deleted", func(ctx SpecContext) {
+		ns := session.Samples.Namespace
+		current := &v1alpha1.WebhookEndpoint{}
+		Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), current)).To(Succeed())
+		owned := ownedObjects(ctx, Default, ns, current.UID)
+		kinds := map[string]bool{}
+		for _, o := range owned {
+			kinds[o.kind] = true
+		}
+		Expect(kinds).To(HaveKey("Deployment"))
+		Expect(kinds).To(HaveKey("Service"))
+		Expect(kinds).To(HaveKey("Job"))
+		Expect(kinds).To(HaveKey("Pod"))
+		GinkgoWriter.Printf("owned before deletion: %v\n", owned)
+
+		Expect(session.Samples.Client.Delete(ctx, current)).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), &v1alpha1.WebhookEndpoint{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "endpoint still there: %v", err)
+			g.Expect(ownedObjects(ctx, g, ns, current.UID)).To(BeEmpty())
+		}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+	})
 })
 
 // deliverUntilAcknowledged retries like a provider: on a transport error or a non-2xx
 // status, send the same event again, for up to 30 seconds.
 func deliverUntilAcknowledged(ctx context.Context, url, secret string, body []byte) error {
-	deadline := time.Now().Add(30 * time.Second)
+	return deliverWith(ctx, url, func() string { return secret }, body, 30*time.Second)
+}
+
+// deliverWith sends body signed with key() until it is acknowledged or within has
+// passed; key is read per attempt, so a sender can switch keys mid-retry.
+func deliverWith(ctx context.Context, url string, key func() string, body []byte, within time.Duration) error {
+	deadline := time.Now().Add(within)
 	for {
-		code, err := devcluster.PostStripe(ctx, url, secret, body)
-		if err == nil && code == http.StatusOK {
+		code, err := devcluster.PostStripe(ctx, url, key(), body)
+		if err == nil && code >= 200 && code < 300 {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				return fmt.Errorf("not acknowledged within 30s: %w", err)
+				return fmt.Errorf("not acknowledged within %s: %w", within, err)
 			}
-			return fmt.Errorf("not acknowledged within 30s (last status %d)", code)
+			return fmt.Errorf("not acknowledged within %s (last status %d)", within, code)
 		}
 		select {
 		case <-ctx.Done():
