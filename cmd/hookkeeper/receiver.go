@@ -109,7 +109,9 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	}
 	var tasks []receiver.Task
 	if f.dispatcher {
-		d := outbox.NewDispatcher(pool, receiver.DispatcherOptions(ep, log.WithName("dispatcher")))
+		opts := outbox.FromEndpoint(ep)
+		opts.Logger = log.WithName("dispatcher")
+		d := outbox.NewDispatcher(pool, opts)
 		tasks = append(tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
 	}
 

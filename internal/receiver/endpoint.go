@@ -7,7 +7,6 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
-	"github.com/hookkeeper/hookkeeper/internal/outbox"
 )
 
 // HandlerFor builds the webhook handler of a compiled endpoint: its path, body cap,
@@ -34,30 +33,4 @@ func AckFor(provider v1alpha1.ProviderType) Ack {
 		return Ack{ContentType: contentType, Body: body}
 	}
 	return Ack{}
-}
-
-// DispatcherOptions maps spec.delivery of a compiled endpoint onto the dispatcher's
-// options.
-func DispatcherOptions(ep *config.Endpoint, log logr.Logger) outbox.Options {
-	d := ep.Spec.Delivery
-	o := outbox.Options{
-		Endpoint:    ep.Key(),
-		Tables:      ep.Tables,
-		SinkURL:     ep.SinkURL,
-		SigningKey:  ep.DeliverySecret,
-		MaxAttempts: int(d.MaxAttempts),
-		Ordering:    d.Ordering,
-		Concurrency: int(d.Concurrency),
-		Logger:      log,
-	}
-	if d.Backoff.Initial != nil {
-		o.BackoffInitial = d.Backoff.Initial.Duration
-	}
-	if d.Backoff.Max != nil {
-		o.BackoffMax = d.Backoff.Max.Duration
-	}
-	if d.Timeout != nil {
-		o.Timeout = d.Timeout.Duration
-	}
-	return o
 }
