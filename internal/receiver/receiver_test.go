@@ -92,6 +92,13 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatalf("compile endpoint: %v", err)
 	}
+	// The metrics are process-global: start every test's endpoint from zero, so the
+	// assertions hold when the tests run again in the same process (-count).
+	for _, vec := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{metrics.Requests, metrics.RequestDuration, metrics.Duplicates, metrics.SignatureFailures, metrics.Transitions} {
+		vec.DeletePartialMatch(prometheus.Labels{metrics.LabelEndpoint: ep.Key()})
+	}
 	pool, err := store.Open(ctx, dbURL, 4)
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
