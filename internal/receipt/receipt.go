@@ -4,30 +4,32 @@
 //
 // One transaction per request (READ COMMITTED):
 //
-//	INSERT receipt ... ON CONFLICT (endpoint, event_id) DO NOTHING RETURNING id
-//	    no row: a duplicate; nothing else happens (Result.Duplicate)
-//	lock the entity row (SELECT ... FOR UPDATE; in the same statement as the insert)
+//	lock the entity row (SELECT ... FOR UPDATE)        (pipelined with BEGIN)
 //	decide with the state machine (Go: state, stale check, CEL guard)
-//	UPDATE the entity, guarded by the state it was read in; INSERT the outbox row;
-//	UPDATE the receipt's outcome                     (one statement)
+//	INSERT the receipt with its final outcome ON CONFLICT (endpoint, event_id) DO
+//	    NOTHING; only if a row was inserted: UPDATE the entity, guarded by the state it
+//	    was locked in, and INSERT the outbox row    (one statement)
 //	COMMIT                                            (pipelined with it)
 //
-// The unique index arbitrates concurrent duplicates, never a prior SELECT: a second
-// copy's INSERT waits for the first transaction and then inserts nothing.
+// The unique index arbitrates duplicates, never a prior SELECT: a concurrent copy of an
+// event blocks on the entity lock, decides against the state the first copy left, and
+// its receipt INSERT conflicts, so the statement changes nothing (Result.Duplicate).
+// When there is no entity to lock, the copy's INSERT waits for the first transaction on
+// the unique index instead. The receipt is written once, with its outcome: no UPDATE of
+// a fresh receipt, so each index of webhook_events is written once per event.
 //
 // # Round trips
 //
 // Statements are pipelined with pgx batches, so an event costs:
 //
 //   - 2 round trips when the state machine handles its type (applied, ignored_state,
-//     guard_failed, unmatched): [BEGIN + insert-and-lock], then [apply-or-outcome +
-//     COMMIT];
+//     guard_failed, unmatched, and duplicates of these): [BEGIN + lock], then
+//     [receipt-and-effects + COMMIT];
 //   - 1 round trip when no transition handles its type (unhandled) or it has no entity
-//     key: [BEGIN + insert with the final outcome + COMMIT];
-//   - 2 round trips for a duplicate of a handled type: [BEGIN + insert], [COMMIT].
+//     key: [BEGIN + insert with the final outcome + COMMIT].
 //
 // An Adyen batch of n items costs at most n+1 round trips in one transaction: each
-// item's apply statement rides in the same batch as the next item's insert-and-lock.
+// item's receipt statement rides in the same batch as the next item's lock.
 // (The first execution of each statement on a connection adds one round trip to prepare
 // it; pgx caches the prepared statements per connection.)
 //
@@ -45,7 +47,10 @@
 // onUnmatched: Record stores the receipt as `unmatched` (Reprocess can apply it later);
 // Retry rolls back and returns ErrRetryLater (the receiver answers 503); Create (managed
 // only) inserts the entity in stateMachine.initial, with the event's amount as its
-// amount, and then evaluates the event. An event without an entity key is always
+// amount, when the lock finds none, and then evaluates the event; should the receipt
+// turn out to be a duplicate, the same statement deletes that entity again. Retry
+// answers before any receipt is written, so a copy of an already recorded event whose
+// entity has since been deleted is also told to retry. An event without an entity key is always
 // recorded as unmatched: there is nothing to retry for or to create.
 //
 // # Outbox
@@ -59,8 +64,10 @@
 //	{"transition", "from", "to", "source": {"id", "type", "receivedAt"},
 //	 "event": <the provider event's raw JSON>}
 //
-// built in SQL from the stored receipt, so the raw body crosses the network once.
-// NOTIFY wakes dispatchers at commit (a trigger of migration 00001).
+// built in SQL from the inserted receipt, so the raw body crosses the network once.
+// The transaction sends no NOTIFY (a commit-time NOTIFY serialises all commits on
+// PostgreSQL's notify-queue lock): WithOutboxWritten runs after the commit, and the
+// receiver uses it to wake its dispatcher and send the cross-replica NOTIFY.
 package receipt
 
 import (
@@ -160,6 +167,11 @@ func WithLive(f LiveFunc) Option { return func(r *Recorder) { r.live = f } }
 // victim (possible for Adyen batches touching several entities) is retried; default 3.
 func WithDeadlockRetries(n int) Option { return func(r *Recorder) { r.deadlockRetries = n } }
 
+// WithOutboxWritten sets a hook called after a transaction that wrote at least one
+// outbox row has committed (Record, RecordBatch and Reprocess), to wake dispatchers. It
+// runs on the request's goroutine, so it must not block.
+func WithOutboxWritten(f func()) Option { return func(r *Recorder) { r.outboxWritten = f } }
+
 // Recorder runs the receipt transaction for one endpoint. It is safe for concurrent use.
 type Recorder struct {
 	pool            *pgxpool.Pool
@@ -169,6 +181,7 @@ type Recorder struct {
 	mode            mode
 	live            LiveFunc
 	deadlockRetries int
+	outboxWritten   func()
 }
 
 // NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
@@ -289,7 +302,7 @@ var (
 	}}
 )
 
-// locked is the entity as the insert-and-lock (or lock) statement returned it.
+// locked is the entity as the lock statement returned it.
 type locked struct {
 	found   bool
 	state   *string
@@ -312,38 +325,23 @@ func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (re
 
 	results = make([]Result, len(evs))
 	pending := []step{beginStep}
-	retryLater := false
 	for i := range evs {
 		ev := &evs[i]
 		res := &results[i]
 		if !r.ep.Machine.Handles(ev.Type) || ev.EntityKey == "" {
-			outcome, detail := OutcomeUnhandled, detailNotHandled
+			v := verdict{outcome: OutcomeUnhandled, detail: detailNotHandled}
 			if r.ep.Machine.Handles(ev.Type) {
-				outcome, detail = OutcomeUnmatched, DetailNoKey
+				v = verdict{outcome: OutcomeUnmatched, detail: DetailNoKey}
 			}
-			args := append(r.receiptArgs(ev), string(outcome), detail)
-			pending = append(pending, step{sql: r.sql.insertFinal, args: args, read: func(br pgx.BatchResults) error {
-				id, dup, err := scanID(br.QueryRow())
-				if err != nil {
-					return fmt.Errorf("insert receipt of event %s: %w", ev.ID, err)
-				}
-				*res = Result{Duplicate: dup, ReceiptID: id}
-				if !dup {
-					res.Outcome, res.Detail = outcome, detail
-				}
-				return nil
-			}})
+			pending = append(pending, r.recordStep(ev, v, locked{}, res))
 			continue
 		}
 
 		var ent locked
-		var id int64
-		var dup bool
-		lock := step{sql: r.sql.insertLock, args: append(r.receiptArgs(ev), r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
+		lock := step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
 			var err error
-			id, dup, ent, err = scanInsertLock(br)
-			if err != nil {
-				return fmt.Errorf("insert receipt and lock entity of event %s: %w", ev.ID, err)
+			if ent, err = scanLock(br); err != nil {
+				return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
 			}
 			return nil
 		}}
@@ -351,37 +349,50 @@ func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (re
 			return nil, err
 		}
 		pending = nil
-		if dup {
-			*res = Result{Duplicate: true}
-			continue
-		}
-		next, retry := r.decide(ev, lives[i], id, ent, res, true)
+		v, retry := r.judge(ev, lives[i], ent, true)
 		if retry {
-			retryLater = true
-			break
+			return nil, ErrRetryLater
 		}
-		pending = append(pending, next)
-	}
-	if retryLater {
-		return nil, ErrRetryLater
+		pending = append(pending, r.recordStep(ev, v, ent, res))
 	}
 	if err := pipeline(ctx, conn, append(pending, commitStep)); err != nil {
 		return nil, fmt.Errorf("record events: %w", err)
 	}
+	r.afterCommit(results)
 	return results, nil
 }
 
-// decide evaluates one locked event and returns the statement that records its result
-// (filling res when it runs). retry is set when there is no entity, onUnmatched is
-// Retry and the caller can retry (a delivery, not a replay).
-func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res *Result, canRetry bool) (step, bool) {
-	*res = Result{ReceiptID: receiptID}
+// afterCommit tells the WithOutboxWritten hook that committed results wrote outbox rows.
+func (r *Recorder) afterCommit(results []Result) {
+	if r.outboxWritten == nil {
+		return
+	}
+	for _, res := range results {
+		if res.OutboxKey != "" {
+			r.outboxWritten()
+			return
+		}
+	}
+}
+
+// verdict is what the state machine decided for one locked event.
+type verdict struct {
+	outcome Outcome
+	detail  string
+	// t, from and outboxKey are set when outcome is applied.
+	t         *statemachine.Transition
+	from      string
+	outboxKey string
+}
+
+// judge evaluates one event against its locked entity. retry is set when there is no
+// entity, onUnmatched is Retry and the caller can retry (a delivery, not a replay).
+func (r *Recorder) judge(ev *Event, live any, ent locked, canRetry bool) (verdict, bool) {
 	if !ent.found {
 		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
-			return step{}, true
+			return verdict{}, true
 		}
-		res.Outcome, res.Detail = OutcomeUnmatched, DetailNoEntity
-		return execStep(r.sql.outcome, receiptID, string(OutcomeUnmatched), DetailNoEntity), false
+		return verdict{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false
 	}
 	state := ""
 	if ent.state != nil {
@@ -406,17 +417,83 @@ func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res 
 		detail = joinDetail(DetailCreated, detail)
 	}
 	if d.Verdict != statemachine.Apply {
-		res.Outcome, res.Detail = Outcome(d.Verdict), detail
-		return execStep(r.sql.outcome, receiptID, string(d.Verdict), detail), false
+		return verdict{outcome: Outcome(d.Verdict), detail: detail}, false
 	}
-	t := d.Transition
-	outboxKey := ""
-	if t.Emit != "" {
-		outboxKey = DedupeKey(r.key, ev.ID, t.Emit)
+	v := verdict{outcome: OutcomeApplied, detail: detail, t: d.Transition, from: state}
+	if d.Transition.Emit != "" {
+		v.outboxKey = DedupeKey(r.key, ev.ID, d.Transition.Emit)
 	}
-	args := []any{r.key, ev.EntityKey, state, t.To, ev.OccurredAt, receiptID, outboxKey, t.Emit, detail, t.Name}
+	return v, false
+}
+
+// recordStep is the one statement that inserts the receipt with its final outcome and,
+// only when the receipt row was inserted (not a duplicate), applies the transition and
+// writes the outbox row. It fills res when it runs.
+func (r *Recorder) recordStep(ev *Event, v verdict, ent locked, res *Result) step {
+	args := r.receiptArgs(ev)
+	if v.outcome != OutcomeApplied {
+		args = append(args, string(v.outcome), v.detail)
+		sql := r.sql.insertFinal
+		if ent.created {
+			// A duplicate must leave no trace, not even the entity its lock created.
+			sql = r.sql.insertFinalCreated
+			args = append(args, true)
+		}
+		return step{sql: sql, args: args, read: func(br pgx.BatchResults) error {
+			id, dup, err := scanID(br.QueryRow())
+			if err != nil {
+				return fmt.Errorf("insert receipt of event %s: %w", ev.ID, err)
+			}
+			*res = Result{Duplicate: dup, ReceiptID: id}
+			if !dup {
+				res.Outcome, res.Detail = v.outcome, v.detail
+			}
+			return nil
+		}}
+	}
+	t := v.t
+	args = append(args, v.detail, t.Name, v.from, t.To, v.outboxKey, t.Emit)
+	switch r.mode {
+	case appTable:
+		args = append(args, ev.EntityKey, v.from, t.To)
+		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
+			args = append(args, tn.Value)
+		}
+	case managedCreate:
+		args = append(args, ent.created)
+	}
+	return step{sql: r.sql.insertApply, args: args, read: func(br pgx.BatchResults) error {
+		var id int64
+		var wroteOutbox bool
+		if err := br.QueryRow().Scan(&id, &wroteOutbox, nil); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				*res = Result{Duplicate: true}
+				return nil
+			}
+			return fmt.Errorf("apply transition %s to event %s: %w", t.Name, ev.ID, err)
+		}
+		*res = Result{ReceiptID: id, Outcome: OutcomeApplied, Detail: v.detail,
+			Transition: t.Name, FromState: v.from, ToState: t.To}
+		if wroteOutbox {
+			res.OutboxKey = v.outboxKey
+		}
+		return nil
+	}}
+}
+
+// reprocessStep records the verdict on an existing receipt (Reprocess): it updates the
+// receipt's outcome and, for an applied verdict, moves the entity and writes the outbox
+// row, in one statement. It fills res when it runs.
+func (r *Recorder) reprocessStep(ev *Event, v verdict, receiptID int64, res *Result) step {
+	*res = Result{ReceiptID: receiptID}
+	if v.outcome != OutcomeApplied {
+		res.Outcome, res.Detail = v.outcome, v.detail
+		return execStep(r.sql.outcome, receiptID, string(v.outcome), v.detail)
+	}
+	t := v.t
+	args := []any{r.key, ev.EntityKey, v.from, t.To, ev.OccurredAt, receiptID, v.outboxKey, t.Emit, v.detail, t.Name}
 	if r.mode == appTable {
-		args = append(args, ev.EntityKey, state, t.To)
+		args = append(args, ev.EntityKey, v.from, t.To)
 		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
 			args = append(args, tn.Value)
 		}
@@ -433,13 +510,13 @@ func (r *Recorder) decide(ev *Event, live any, receiptID int64, ent locked, res 
 			res.Outcome, res.Detail = Outcome(outcome), detailRaced
 			return nil
 		}
-		res.Outcome, res.Detail = OutcomeApplied, detail
-		res.Transition, res.FromState, res.ToState = t.Name, state, t.To
+		res.Outcome, res.Detail = OutcomeApplied, v.detail
+		res.Transition, res.FromState, res.ToState = t.Name, v.from, t.To
 		if wroteOutbox {
-			res.OutboxKey = outboxKey
+			res.OutboxKey = v.outboxKey
 		}
 		return nil
-	}}, false
+	}}
 }
 
 // unwrapLive splits what a LiveFunc produced into the guard's value, the detail of the
@@ -464,7 +541,7 @@ func joinDetail(a, b string) string {
 	return a + "; " + b
 }
 
-// receiptArgs are $1..$8 of insertLock and insertFinal.
+// receiptArgs are $1..$8 of insertApply and insertFinal.
 func (r *Recorder) receiptArgs(ev *Event) []any {
 	headers := ev.Headers
 	if headers == nil {
@@ -473,11 +550,11 @@ func (r *Recorder) receiptArgs(ev *Event) []any {
 	return []any{r.key, ev.ID, ev.Type, ev.EntityKey, rawJSON(ev.Payload), headers, ev.OccurredAt, ev.Amount}
 }
 
-// lockArgs are the mode's lock parameters: $9.. of insertLock, $3.. of lock.
+// lockArgs are the mode's parameters of the lock statement, from $3.
 func (r *Recorder) lockArgs(ev *Event) []any {
 	switch r.mode {
 	case managedCreate:
-		return []any{r.ep.Machine.Initial()}
+		return []any{r.ep.Machine.Initial(), ev.Amount}
 	case appTable:
 		args := []any{ev.EntityKey}
 		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
@@ -507,31 +584,29 @@ func scanID(row pgx.Row) (id int64, dup bool, err error) {
 	return id, false, nil
 }
 
-func scanInsertLock(br pgx.BatchResults) (id int64, dup bool, ent locked, err error) {
+// scanLock reads the lock statement's result: no row when the entity does not exist.
+func scanLock(br pgx.BatchResults) (ent locked, err error) {
 	rows, err := br.Query()
 	if err != nil {
-		return 0, false, ent, err
+		return ent, err
 	}
 	defer rows.Close()
 	n := 0
 	for rows.Next() {
 		n++
 		var found *bool
-		if err := rows.Scan(&id, &found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
-			return 0, false, ent, err
+		if err := rows.Scan(&found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
+			return ent, err
 		}
 		ent.found = found != nil && *found
 	}
 	if err := rows.Err(); err != nil {
-		return 0, false, ent, err
+		return ent, err
 	}
-	switch n {
-	case 0:
-		return 0, true, ent, nil
-	case 1:
-		return id, false, ent, nil
+	if n > 1 {
+		return ent, fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
 	}
-	return 0, false, ent, fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
+	return ent, nil
 }
 
 // rollback ends a failed transaction. When the connection cannot answer, the pool

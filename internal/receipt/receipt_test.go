@@ -409,7 +409,7 @@ func TestDatabaseFailureMidTransactionCommitsNothing(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				err := f.pool.QueryRow(f.ctx, `SELECT pid FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%webhook_events%'`).Scan(&pid)
+					WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`).Scan(&pid)
 				if err == nil {
 					break
 				}

@@ -87,50 +87,23 @@ func (r *Recorder) Reprocess(ctx context.Context, eventRowID int64) (res Result,
 		next = execStep(r.sql.outcome, eventRowID, string(OutcomeUnmatched), DetailNoKey)
 	default:
 		var ent locked
-		lockArgs := append([]any{r.key, ev.EntityKey}, r.reprocessLockArgs(&ev)...)
+		lockArgs := append([]any{r.key, ev.EntityKey}, r.lockArgs(&ev)...)
 		lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
-			rows, err := br.Query()
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			n := 0
-			for rows.Next() {
-				n++
-				var found *bool
-				if err := rows.Scan(&found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
-					return err
-				}
-				ent.found = found != nil && *found
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if n > 1 {
-				return fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
-			}
-			return nil
+			var err error
+			ent, err = scanLock(br)
+			return err
 		}}
 		if err := pipeline(ctx, conn, []step{lock}); err != nil {
 			return Result{}, fmt.Errorf("lock entity of receipt %d: %w", eventRowID, err)
 		}
-		next, _ = r.decide(&ev, live, eventRowID, ent, &res, false)
+		v, _ := r.judge(&ev, live, ent, false)
+		next = r.reprocessStep(&ev, v, eventRowID, &res)
 	}
 	if err := pipeline(ctx, conn, []step{next, commitStep}); err != nil {
 		return Result{}, fmt.Errorf("reprocess receipt %d: %w", eventRowID, err)
 	}
+	r.afterCommit([]Result{res})
 	return res, nil
-}
-
-// reprocessLockArgs are $3.. of the standalone lock statement.
-func (r *Recorder) reprocessLockArgs(ev *Event) []any {
-	switch r.mode {
-	case managedCreate:
-		return []any{r.ep.Machine.Initial(), ev.Amount}
-	case appTable:
-		return r.lockArgs(ev)
-	}
-	return nil
 }
 
 // ReplayableSince lists the ids of this endpoint's replayable receipts received at or

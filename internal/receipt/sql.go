@@ -13,26 +13,35 @@ import (
 // statements are the SQL texts of one endpoint, built once by NewRecorder. Identifiers
 // from the spec are quoted with pgx.Identifier; every value is a bind parameter.
 type statements struct {
-	// insertLock inserts the receipt (ON CONFLICT DO NOTHING) and, only when a row was
-	// inserted, locks the entity row in the same statement. It returns no row for a
-	// duplicate, else (receipt id, found, state, amount, last_event_at, created).
-	// Params: $1 endpoint, $2 event id, $3 type, $4 entity key, $5 payload, $6 headers,
-	// $7 occurred_at, $8 amount, then the mode's lock params from $9.
-	insertLock string
-	// insertFinal inserts a receipt whose outcome is known without the entity
-	// (unhandled, or unmatched without an entity key). Params $1..$8 as insertLock,
-	// $9 outcome, $10 detail. Returns the id, or no row for a duplicate.
-	insertFinal string
-	// lock locks the entity of an existing receipt (Reprocess). Params $1 endpoint,
-	// $2 entity key, then the mode's lock params from $3.
+	// lock locks the entity row (FOR UPDATE; managedCreate inserts it in
+	// stateMachine.initial first) and returns (found, state, amount, last_event_at,
+	// created), or no row when there is no entity. Params $1 endpoint, $2 entity key,
+	// then the mode's params from $3.
 	lock string
-	// apply moves the entity (guarded by its current state), writes the stale clock,
-	// inserts the outbox row and sets the receipt's outcome, in one statement.
-	// Params: $1 endpoint, $2 entity key, $3 from state, $4 to state, $5 occurred_at,
-	// $6 receipt id, $7 dedupe key, $8 emit type, $9 detail, $10 transition name, then
-	// app-table params from $11 (key, from, to, tenant).
+	// insertApply inserts the receipt as applied (ON CONFLICT (endpoint, event_id) DO
+	// NOTHING) and, only when the row was inserted, moves the entity (guarded by the
+	// state it was locked in), writes the stale clock and inserts the outbox row, in one
+	// statement. No row for a duplicate, else (receipt id, outbox row written).
+	// Params: $1 endpoint, $2 event id, $3 type, $4 entity key, $5 payload, $6 headers,
+	// $7 occurred_at, $8 amount, $9 detail, $10 transition name, $11 from state, $12 to
+	// state, $13 dedupe key, $14 emit type; then app-table params from $15 (key, from,
+	// to, tenant) or, for managedCreate, $15 whether the lock created the entity.
+	insertApply string
+	// insertFinal inserts a receipt with an outcome that has no effects (unhandled,
+	// unmatched, ignored_state, guard_failed). Params $1..$8 as insertApply, $9 outcome,
+	// $10 detail. Returns the id, or no row for a duplicate.
+	insertFinal string
+	// insertFinalCreated is insertFinal for managedCreate when the lock created the
+	// entity ($11 true): a duplicate deletes that entity again.
+	insertFinalCreated string
+	// apply (Reprocess) moves the entity (guarded by its current state), writes the
+	// stale clock, inserts the outbox row and sets the existing receipt's outcome, in one
+	// statement. Params: $1 endpoint, $2 entity key, $3 from state, $4 to state,
+	// $5 occurred_at, $6 receipt id, $7 dedupe key, $8 emit type, $9 detail,
+	// $10 transition name, then app-table params from $11 (key, from, to, tenant).
 	apply string
-	// outcome sets a receipt's outcome without effects. Params $1 id, $2 outcome, $3 detail.
+	// outcome (Reprocess) sets a receipt's outcome without effects. Params $1 id,
+	// $2 outcome, $3 detail.
 	outcome string
 	// load reads a stored receipt for Reprocess, locking it.
 	load string
@@ -59,49 +68,87 @@ func buildStatements(ep *config.Endpoint) (statements, mode) {
 	}
 
 	insertReceipt := fmt.Sprintf(`INSERT INTO %s
-  (endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, %%s, %%s)
+  (endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, %%s, %%s, now())
 ON CONFLICT (endpoint, event_id) DO NOTHING
-RETURNING id`, t.Events)
+RETURNING id, received_at, payload`, t.Events)
+	// Only when managedCreate's lock created the entity and the receipt is a duplicate.
+	undoCreate := fmt.Sprintf(`d AS (
+  DELETE FROM %s WHERE endpoint = $1 AND entity_key = $4 AND %%s::bool
+    AND NOT EXISTS (SELECT 1 FROM r))`, t.Entities)
 
 	var s statements
-	s.insertFinal = fmt.Sprintf(insertReceipt, "$9", "$10")
-	pendingReceipt := fmt.Sprintf(insertReceipt, "'unhandled'", "''")
+	s.insertFinal = fmt.Sprintf("WITH r AS (%s)\nSELECT id FROM r", fmt.Sprintf(insertReceipt, "$9", "$10"))
+	s.insertFinalCreated = fmt.Sprintf("WITH r AS (%s),\n%s\nSELECT id FROM r",
+		fmt.Sprintf(insertReceipt, "$9", "$10"), fmt.Sprintf(undoCreate, "$11"))
 
 	switch m {
 	case managed:
-		s.insertLock = fmt.Sprintf(`WITH r AS (%s)
-SELECT r.id, e.found, e.state, e.amount, e.last_event_at, false
-FROM r LEFT JOIN LATERAL (
-  SELECT true AS found, state, amount, last_event_at FROM %s
-  WHERE endpoint = $1 AND entity_key = $4
-  FOR UPDATE) e ON true`, pendingReceipt, t.Entities)
 		s.lock = fmt.Sprintf(`SELECT true, state, amount, last_event_at, false FROM %s
 WHERE endpoint = $1 AND entity_key = $2 FOR UPDATE`, t.Entities)
-
 	case managedCreate:
 		// The no-op DO UPDATE locks an existing row and returns it; xmax = 0 tells a row
 		// this statement created. Concurrent creators of one entity serialise on the
 		// primary key, never on a prior SELECT.
-		s.insertLock = fmt.Sprintf(`WITH r AS (%s),
-e AS (
-  INSERT INTO %s AS t (endpoint, entity_key, state, amount)
-  SELECT $1, $4, $9, $8 FROM r
-  ON CONFLICT (endpoint, entity_key) DO UPDATE SET state = t.state
-  RETURNING true AS found, t.state, t.amount, t.last_event_at, (t.xmax = 0) AS created)
-SELECT r.id, e.found, e.state, e.amount, e.last_event_at, COALESCE(e.created, false)
-FROM r LEFT JOIN e ON true`, pendingReceipt, t.Entities)
 		s.lock = fmt.Sprintf(`INSERT INTO %s AS t (endpoint, entity_key, state, amount)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (endpoint, entity_key) DO UPDATE SET state = t.state
 RETURNING true, t.state, t.amount, t.last_event_at, (t.xmax = 0)`, t.Entities)
-
 	case appTable:
 		app := appLock(ep, t.EntityClocks)
-		s.insertLock = fmt.Sprintf(`WITH r AS (%s)
-SELECT r.id, e.found, e.state, e.amount, e.last_event_at, false
-FROM r LEFT JOIN LATERAL (%s) e ON true`, pendingReceipt, app("$1", "$4", "$9", "$10"))
 		s.lock = fmt.Sprintf(`SELECT found, state, amount, last_event_at, false FROM (%s) e`, app("$1", "$2", "$3", "$4"))
+	}
+
+	// The outbox payload is built in SQL from the inserted receipt (RETURNING), so the
+	// raw body crosses the network once. The last column fails the statement, and so the
+	// transaction, if the receipt was inserted but the guarded update matched nothing:
+	// impossible while the entity lock is held, but never committed as applied.
+	recordOutbox := fmt.Sprintf(`o AS (
+  INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
+  SELECT $1, $13, $4, $14, $2,
+    jsonb_build_object(
+      'transition', $10::text, 'from', $11::text, 'to', $12::text,
+      'source', jsonb_build_object('id', $2::text, 'type', $3::text, 'receivedAt', r.received_at),
+      'event', r.payload),
+    $7
+  FROM u, r
+  WHERE $14::text <> ''
+  ON CONFLICT (endpoint, dedupe_key) DO NOTHING
+  RETURNING 1)
+SELECT r.id, EXISTS (SELECT 1 FROM o),
+  (SELECT %s WHERE NOT EXISTS (SELECT 1 FROM u))::int
+FROM r`, t.Outbox, quoteLiteral("hookkeeper: "+detailRaced))
+	applied := fmt.Sprintf(insertReceipt, "'applied'", "$9")
+	switch m {
+	case appTable:
+		q := appQuoted(ep)
+		tenant := ""
+		if q.tenant != "" {
+			tenant = fmt.Sprintf(" AND t.%s = $18", q.tenant)
+		}
+		s.insertApply = fmt.Sprintf(`WITH r AS (%s),
+u AS (
+  UPDATE %s t SET %s = $17
+  WHERE t.%s = $15 AND t.%s = $16%s AND EXISTS (SELECT 1 FROM r)
+  RETURNING 1),
+c AS (
+  INSERT INTO %s (endpoint, entity_key, last_event_at)
+  SELECT $1, $4, $7 FROM u WHERE $7::timestamptz IS NOT NULL
+  ON CONFLICT (endpoint, entity_key) DO UPDATE
+    SET last_event_at = GREATEST(%s.last_event_at, EXCLUDED.last_event_at)),
+%s`, applied, q.table, q.state, q.key, q.state, tenant, t.EntityClocks, t.EntityClocks, recordOutbox)
+	default:
+		undo := ""
+		if m == managedCreate {
+			undo = fmt.Sprintf(undoCreate, "$15") + ",\n"
+		}
+		s.insertApply = fmt.Sprintf(`WITH r AS (%s),
+u AS (
+  UPDATE %s SET state = $12, version = version + 1,
+    last_event_at = GREATEST(last_event_at, $7), updated_at = now()
+  WHERE endpoint = $1 AND entity_key = $4 AND state = $11 AND EXISTS (SELECT 1 FROM r)
+  RETURNING 1),
+%s%s`, applied, t.Entities, undo, recordOutbox)
 	}
 
 	outboxInsert := fmt.Sprintf(`o AS (
