@@ -32,7 +32,8 @@ type Dispatcher struct {
 	client     *http.Client
 	signingKey []byte
 
-	// wake is signalled (never blocking) by NOTIFY, by recorded results and at start.
+	// wake is signalled (never blocking) by NOTIFY, by Wake, by recorded results and at
+	// start.
 	wake chan struct{}
 }
 
@@ -314,6 +315,11 @@ func (d *Dispatcher) observe(batch []result, accepted []recorded) {
 		}
 	}
 }
+
+// Wake asks the dispatcher to claim now, for example right after a transaction in the
+// same process committed outbox rows. It never blocks, and wake-ups that arrive before
+// the next claim fold into one.
+func (d *Dispatcher) Wake() { d.signal() }
 
 // signal wakes the claim loop without blocking.
 func (d *Dispatcher) signal() {

@@ -335,13 +335,24 @@ func TestOrderingNoneDoesNotSerialise(t *testing.T) {
 	eventually(t, 10*time.Second, "delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == 3 })
 }
 
-// NOTIFY from the insert's commit wakes a dispatcher long before its 30 s poll.
+// A Notifier's NOTIFY, sent after the insert commits, wakes a dispatcher long before its
+// 30 s poll; the insert alone (no trigger since migration 00003) would not.
 func TestNotifyWakesBeforePoll(t *testing.T) {
 	db := newTestDB(t)
 	s := newSink(t, nil)
 	opts := db.options(t, s.srv.URL)
 	opts.PollInterval = 30 * time.Second
 	start(t, db.pool, opts)
+	notifier := NewNotifier(db.pool, testEndpoint, logr.Discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- notifier.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("notifier Run: %v", err)
+		}
+	})
 	eventually(t, 10*time.Second, "LISTEN session", func() bool {
 		var n int
 		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
@@ -351,8 +362,24 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 	for seq := range 3 {
 		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
 		begin := time.Now()
-		eventually(t, 2*time.Second, "delivery after the insert", func() bool { return db.state(t, ids[0]).Delivered })
+		notifier.Notify()
+		notifier.Notify() // folds into the first
+		eventually(t, 2*time.Second, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
 		t.Logf("insert %d delivered after %s", seq, time.Since(begin))
+	}
+}
+
+// Wake, the in-process path the receiver takes after a commit, needs no NOTIFY at all.
+func TestWakeBeforePoll(t *testing.T) {
+	db := newTestDB(t)
+	s := newSink(t, nil)
+	opts := db.options(t, s.srv.URL)
+	opts.PollInterval = 30 * time.Second
+	d, _ := start(t, db.pool, opts)
+	for seq := range 3 {
+		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
+		d.Wake()
+		eventually(t, 2*time.Second, "delivery after Wake", func() bool { return db.state(t, ids[0]).Delivered })
 	}
 }
 
@@ -382,7 +409,10 @@ func TestListenReconnects(t *testing.T) {
 		return pid != 0 && pid != first
 	})
 	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
-	eventually(t, 2*time.Second, "delivery after the insert", func() bool { return db.state(t, ids[0]).Delivered })
+	if err := Notify(context.Background(), db.pool, testEndpoint); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
 }
 
 // A late worker's result is fenced out by the attempt number of a newer claim.

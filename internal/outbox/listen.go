@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// NotifyChannel is the channel the outbox trigger notifies at commit; the payload is the
-// endpoint key.
+// NotifyChannel is the channel that Notify (sent after a commit that wrote outbox rows,
+// and after a replay) notifies; the payload is the endpoint key.
 const NotifyChannel = "hookkeeper_outbox"
 
 // listen keeps a dedicated connection LISTENing on NotifyChannel and wakes the claim

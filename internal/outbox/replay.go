@@ -147,8 +147,8 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESC
 		if !opts.DryRun {
 			report.Replayed += len(items)
 			// Wake the dispatchers now rather than at their next poll.
-			if _, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, sel.Endpoint); err != nil {
-				return report, fmt.Errorf("notify dispatchers: %w", err)
+			if err := Notify(ctx, pool, sel.Endpoint); err != nil {
+				return report, err
 			}
 		}
 		if opts.Progress != nil {
@@ -219,6 +219,11 @@ FROM %s WHERE %s AND id > $6 ORDER BY id LIMIT $7`, tables.Events, where)
 		done += len(items)
 		report.Replayed += len(ids)
 		if len(ids) > 0 {
+			// Outbox rows written by the reprocessing are due now; wake the dispatchers
+			// rather than leave them to their next poll.
+			if err := Notify(ctx, pool, sel.Endpoint); err != nil {
+				return report, err
+			}
 			rows, err := pool.Query(ctx, outcomes, ids)
 			if err != nil {
 				return report, fmt.Errorf("read outcomes of replayed receipts: %w", err)

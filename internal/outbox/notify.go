@@ -1,0 +1,83 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// notifyTimeout bounds one NOTIFY; a wake-up that cannot be sent in time is left to the
+// dispatchers' polling.
+const notifyTimeout = 5 * time.Second
+
+// Notify sends NOTIFY on NotifyChannel with endpoint as the payload, in a transaction of
+// its own with asynchronous commit. Call it after the transaction that wrote outbox rows
+// has committed: a NOTIFY queued inside that transaction would hold PostgreSQL's
+// database-wide notify-queue lock across its commit flush, serialising all such commits.
+// Here the lock is held only for an unflushed commit, and a lost notification costs at
+// most a dispatcher's poll interval.
+func Notify(ctx context.Context, pool *pgxpool.Pool, endpoint string) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue("SELECT pg_notify($1, $2)", NotifyChannel, endpoint)
+	b.Queue("COMMIT")
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("notify dispatchers of %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// Notifier sends NOTIFY for one endpoint on behalf of many committing requests, with at
+// most one NOTIFY in flight: requests that commit while one is being sent fold into a
+// single next one. Wake-ups that arrive while it is stopped are dropped; the dispatchers'
+// polling covers them.
+type Notifier struct {
+	pool     *pgxpool.Pool
+	endpoint string
+	log      logr.Logger
+	kick     chan struct{}
+}
+
+// NewNotifier returns a Notifier for endpoint (the endpoint key, the NOTIFY payload).
+func NewNotifier(pool *pgxpool.Pool, endpoint string, log logr.Logger) *Notifier {
+	return &Notifier{pool: pool, endpoint: endpoint, log: log, kick: make(chan struct{}, 1)}
+}
+
+// Notify asks for one NOTIFY soon. It never blocks.
+func (n *Notifier) Notify() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends the requested notifications until ctx ends, then returns nil.
+func (n *Notifier) Run(ctx context.Context) error {
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.kick:
+		}
+		sendCtx, cancel := context.WithTimeout(ctx, notifyTimeout)
+		err := Notify(sendCtx, n.pool, n.endpoint)
+		cancel()
+		switch {
+		case err == nil:
+			failures = 0
+		case ctx.Err() != nil:
+			return nil
+		default:
+			failures++
+			if failures == 1 || failures%100 == 0 {
+				n.log.Error(err, "NOTIFY failed; dispatchers on other replicas wait for their poll", "failures", failures)
+			}
+		}
+	}
+}
