@@ -155,26 +155,11 @@ func (p *Process) Memory() (Memory, error) {
 
 // CPUTime is the CPU time (user + system) the process has used so far.
 func (p *Process) CPUTime() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	t, err := procCPU(p.cmd.Process.Pid)
 	if err != nil {
-		return 0, fmt.Errorf("read process stat: %w", err)
+		return 0, fmt.Errorf("read the CPU time of %s: %w", p.cmd.Path, err)
 	}
-	// Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 13 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse process CPU time: %w", err)
-		}
-		ticks += n
-	}
-	// USER_HZ is 100 on every Linux the bench runs on.
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	return t, nil
 }
 
 // Stop sends SIGTERM, waits for a graceful exit and kills the process after 15s.

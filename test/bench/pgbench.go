@@ -63,6 +63,8 @@ type pgbenchResult struct {
 	TPS      float64
 	P50, P99 time.Duration
 	Count    int
+	// ClientCPU is pgbench's own CPU time.
+	ClientCPU time.Duration
 }
 
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
@@ -101,7 +103,8 @@ func runPgbench(ctx context.Context, env *Env, dbURL string, clients, orders int
 	if err != nil {
 		return pgbenchResult{}, err
 	}
-	res := pgbenchResult{TPS: tps, Count: len(lat)}
+	res := pgbenchResult{TPS: tps, Count: len(lat),
+		ClientCPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	return res, nil
 }

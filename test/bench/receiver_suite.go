@@ -67,11 +67,17 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	env.Log.Printf("receiver: pgbench, %d clients, %s", env.Concurrency, env.Phase)
-	pg, err := runPgbench(ctx, env, dbURL, env.Concurrency, pgbenchOrders, env.Phase)
+	var pg pgbenchResult
+	pgCPU, err := measureCPU(ctx, db, nil, func() {
+		pg, err = runPgbench(ctx, env, dbURL, env.Concurrency, pgbenchOrders, env.Phase)
+	})
 	if err != nil {
 		return nil, err
 	}
-	env.Log.Printf("receiver: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s", pg.Count, pg.TPS, ms(pg.P50), ms(pg.P99))
+	pgCPU.client = pg.ClientCPU
+	pgPer := pgCPU.per(pg.Count)
+	env.Log.Printf("receiver: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s, CPU per transaction: pgbench %s, PostgreSQL %s",
+		pg.Count, pg.TPS, ms(pg.P50), ms(pg.P99), us(pgPer.client), us(pgPer.database))
 
 	webhookAddr, err := freeAddr()
 	if err != nil {
@@ -109,10 +115,14 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 			return phaseResult{}, err
 		}
 		env.Log.Printf("receiver: %s, %d in flight, %s, %d requests ready", name, env.Concurrency, d, len(b.targets))
-		cpu0, _ := proc.CPUTime()
-		res := attack(attacker(env.Concurrency), b, vegeta.Rate{}, d, name)
-		cpu1, _ := proc.CPUTime()
-		res.cpu = cpu1 - cpu0
+		var res phaseResult
+		use, err := measureCPU(ctx, db, proc, func() {
+			res = attack(attacker(env.Concurrency), b, vegeta.Rate{}, d, name)
+		})
+		if err != nil {
+			return phaseResult{}, err
+		}
+		res.cpu = use
 		load.settle(b)
 		env.Log.Printf("receiver: %s: %s", name, res)
 		return res, nil
@@ -143,10 +153,14 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	env.Log.Printf("receiver: half of peak, %d/s open loop, %s", halfRate, env.Phase)
-	cpu0, _ := proc.CPUTime()
-	half := attack(attacker(env.Concurrency*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
-	cpu1, _ := proc.CPUTime()
-	half.cpu = cpu1 - cpu0
+	var half phaseResult
+	halfCPU, err := measureCPU(ctx, db, proc, func() {
+		half = attack(attacker(env.Concurrency*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
+	})
+	if err != nil {
+		return nil, err
+	}
+	half.cpu = halfCPU
 	load.settle(hb)
 	env.Log.Printf("receiver: half: %s", half)
 
@@ -155,19 +169,6 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 
-	// Diagnostic, not the product: the same peak without the outbox NOTIFY trigger,
-	// whose commit-time lock serialises every committing transaction that notifies.
-	if _, err := db.Exec(ctx, `DROP TRIGGER outbox_notify ON `+store.TablesIn(benchSchema).Outbox); err != nil {
-		return nil, fmt.Errorf("drop the NOTIFY trigger: %w", err)
-	}
-	quiet, err := closed("peak without NOTIFY", env.Phase, load.make(int(peak.acceptedPerSec()*env.Phase.Seconds()*6)+5_000))
-	if err != nil {
-		return nil, err
-	}
-	// Running out here only shortens the diagnostic phase; its rate stays a rate.
-	if quiet.exhausted && quiet.elapsed < env.Phase/2 {
-		return nil, fmt.Errorf("peak without NOTIFY ran out of pre-signed requests after %d", quiet.requests)
-	}
 	rxBytes, pgBytes, err := bytesPerEvent(ctx, db, pg.Count)
 	if err != nil {
 		return nil, err
@@ -178,6 +179,7 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	}
 
 	ratio := peak.acceptedPerSec() / pg.TPS
+	rxPer := peak.cpu.per(peak.requests)
 	c := strconv.Itoa(env.Concurrency)
 	rows := []Row{
 		{Measure: "pgbench seed transaction (tps)", Value: fmt.Sprintf("%.0f", pg.TPS),
@@ -189,17 +191,18 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		{Measure: "receiver latency p50 / p99 at peak", Value: ms(peak.p50) + " / " + ms(peak.p99), Note: c + " in flight"},
 		{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
 			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s", halfRate, half.acceptedPerSec())},
-		{Measure: "diagnostic: receiver accepted/s at peak without NOTIFY", Value: fmt.Sprintf("%.0f (ratio %.2f)",
-			quiet.acceptedPerSec(), quiet.acceptedPerSec()/pg.TPS), Note: "outbox trigger dropped; not the product"},
 		{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
 			Note: "tables + indexes, orders excluded"},
-		{Measure: "receiver CPU per request at peak", Value: ms(peak.cpuPerRequest()), Note: "user + system of the subprocess"},
+		{Measure: "CPU per pgbench transaction", Value: fmt.Sprintf("%s (pgbench %s + PostgreSQL %s)",
+			us(pgPer.total()), us(pgPer.client), us(pgPer.database)), Note: "user + system, from /proc"},
+		{Measure: "CPU per receiver request at peak", Value: fmt.Sprintf("%s (load %s + receiver %s + PostgreSQL %s)",
+			us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database)), Note: "2 cores bound the sum"},
 		{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
 			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
 		{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
 			Goal: "equal", Note: "exactly once, across all phases"},
 	}
-	unexpected := warm.unexpected + peak.unexpected + half.unexpected + quiet.unexpected
+	unexpected := warm.unexpected + peak.unexpected + half.unexpected
 	if unexpected != "" {
 		rows = append(rows, Row{Measure: "unexpected responses", Value: strings.TrimSpace(unexpected), Goal: "none"})
 	}
@@ -216,21 +219,15 @@ type phaseResult struct {
 	elapsed    time.Duration
 	p50, p99   time.Duration
 	exhausted  bool
-	unexpected string        // status codes other than 2xx and 401, with counts
-	cpu        time.Duration // receiver CPU time during the phase
+	unexpected string   // status codes other than 2xx and 401, with counts
+	cpu        phaseCPU // CPU time of the load generator, receiver and database
 }
 
 func (p phaseResult) String() string {
-	return fmt.Sprintf("%d requests, %d accepted in %s (%.0f/s), p50 %s, p99 %s, receiver CPU %s per request %s",
+	c := p.cpu.per(p.requests)
+	return fmt.Sprintf("%d requests, %d accepted in %s (%.0f/s), p50 %s, p99 %s, CPU per request: load %s, receiver %s, PostgreSQL %s %s",
 		p.requests, p.accepted, p.elapsed.Round(time.Millisecond), p.acceptedPerSec(), ms(p.p50), ms(p.p99),
-		ms(p.cpuPerRequest()), p.unexpected)
-}
-
-func (p phaseResult) cpuPerRequest() time.Duration {
-	if p.requests == 0 {
-		return 0
-	}
-	return p.cpu / time.Duration(p.requests)
+		us(c.client), us(c.receiver), us(c.database), p.unexpected)
 }
 
 func (p phaseResult) acceptedPerSec() float64 { return float64(p.accepted) / p.elapsed.Seconds() }
