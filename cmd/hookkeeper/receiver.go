@@ -103,16 +103,26 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	if err != nil {
 		return fmt.Errorf("configure refetch: %w", err)
 	}
-	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
-	if err != nil {
-		return err
-	}
-	var tasks []receiver.Task
+	// Wake-ups leave the receipt transaction: after a commit that wrote outbox rows, the
+	// in-process dispatcher is woken directly and the other replicas' by a NOTIFY that
+	// the notifier sends on its own connection, at most one in flight.
+	notifier := outbox.NewNotifier(pool, ep.Key(), log.WithName("notifier"))
+	tasks := []receiver.Task{{Name: "notifier", Run: notifier.Run}}
+	wake := notifier.Notify
 	if f.dispatcher {
 		opts := outbox.FromEndpoint(ep)
 		opts.Logger = log.WithName("dispatcher")
 		d := outbox.NewDispatcher(pool, opts)
 		tasks = append(tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
+		wake = func() {
+			d.Wake()
+			notifier.Notify()
+		}
+	}
+	recOpts = append(recOpts, receipt.WithOutboxWritten(wake))
+	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
+	if err != nil {
+		return err
 	}
 
 	podIP := os.Getenv(config.EnvPodIP)
