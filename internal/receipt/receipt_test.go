@@ -263,6 +263,24 @@ func TestOnUnmatched(t *testing.T) {
 		if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE entity_key = 'order-race' AND outcome = 'applied'`); got != 1 {
 			t.Fatalf("applied fail transitions = %d, want 1", got)
 		}
+		// A copy of a recorded event whose entity has since been deleted is a duplicate
+		// and leaves no trace: the entity its lock re-created is deleted again, whether
+		// the copy would apply or not.
+		f.exec(`DELETE FROM hk.entities WHERE entity_key IN ('order-new', 'order-race')`)
+		for _, e := range []Event{
+			ev("evt_c", "payment_intent.succeeded", "order-new", 700, t0),
+			ev("evt_p0", "payment_intent.payment_failed", "order-race", 0, t0),
+		} {
+			if r := f.record(e); !r.Duplicate {
+				t.Fatalf("copy of %s after its entity was deleted = %+v, want a duplicate", e.ID, r)
+			}
+		}
+		if got := f.count(`SELECT count(*) FROM hk.entities WHERE entity_key IN ('order-new', 'order-race')`); got != 0 {
+			t.Fatalf("entities re-created by duplicates = %d, want 0", got)
+		}
+		if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 2 {
+			t.Fatalf("outbox rows = %d, want 2 (paid, refunded)", got)
+		}
 	})
 }
 
