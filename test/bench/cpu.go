@@ -140,6 +140,10 @@ func (c phaseCPU) per(n int) phaseCPU {
 	return phaseCPU{client: c.client / d, receiver: c.receiver / d, database: c.database / d}
 }
 
+func (c phaseCPU) add(o phaseCPU) phaseCPU {
+	return phaseCPU{client: c.client + o.client, receiver: c.receiver + o.receiver, database: c.database + o.database}
+}
+
 func (c phaseCPU) total() time.Duration { return c.client + c.receiver + c.database }
 
 func us(d time.Duration) string { return fmt.Sprintf("%dµs", d.Microseconds()) }

@@ -65,6 +65,26 @@ type pgbenchResult struct {
 	Count    int
 	// ClientCPU is pgbench's own CPU time.
 	ClientCPU time.Duration
+	Duration  time.Duration
+	Lat       []time.Duration
+}
+
+// merge adds another run's transactions; call finish for the quantiles and tps.
+func (r pgbenchResult) merge(o pgbenchResult) pgbenchResult {
+	r.Count += o.Count
+	r.ClientCPU += o.ClientCPU
+	r.Duration += o.Duration
+	r.Lat = append(r.Lat, o.Lat...)
+	return r
+}
+
+// finish computes tps over all merged runs (their transactions over their durations)
+// and the latency quantiles.
+func (r *pgbenchResult) finish() {
+	if r.Duration > 0 {
+		r.TPS = float64(r.Count) / r.Duration.Seconds()
+	}
+	r.P50, r.P99 = quantile(r.Lat, 0.50), quantile(r.Lat, 0.99)
 }
 
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
@@ -81,9 +101,10 @@ func runPgbench(ctx context.Context, env *Env, dbURL string, clients, orders int
 		return pgbenchResult{}, fmt.Errorf("write pgbench script: %w", err)
 	}
 	threads := min(clients, 2)
+	seconds := max(int(d.Seconds()), 1)
 	cmd := exec.CommandContext(ctx, "pgbench", "--no-vacuum", "--protocol=prepared",
 		"--client="+strconv.Itoa(clients), "--jobs="+strconv.Itoa(threads),
-		"--time="+strconv.Itoa(int(d.Seconds())), "--file="+script,
+		"--time="+strconv.Itoa(seconds), "--file="+script,
 		"--define=orders="+strconv.Itoa(orders), "--log", "--log-prefix="+filepath.Join(dir, "txn"),
 		dbURL)
 	cmd.Dir = dir
@@ -103,7 +124,7 @@ func runPgbench(ctx context.Context, env *Env, dbURL string, clients, orders int
 	if err != nil {
 		return pgbenchResult{}, err
 	}
-	res := pgbenchResult{TPS: tps, Count: len(lat),
+	res := pgbenchResult{TPS: tps, Count: len(lat), Duration: time.Duration(seconds) * time.Second, Lat: lat,
 		ClientCPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	res.P50, res.P99 = quantile(lat, 0.50), quantile(lat, 0.99)
 	return res, nil
