@@ -76,12 +76,15 @@ func (n *Notifier) Run(ctx context.Context) error {
 		sendCtx, cancel := context.WithTimeout(ctx, notifyTimeout)
 		err := Notify(sendCtx, n.pool, n.endpoint)
 		cancel()
-		switch {
-		case err == nil:
-			failures = 0
-		case ctx.Err() != nil:
+		select {
+		case <-ctx.Done():
+			// Stopping: a failure now is the cancellation, not the database.
 			return nil
 		default:
+		}
+		if err == nil {
+			failures = 0
+		} else {
 			failures++
 			if failures == 1 || failures%100 == 0 {
 				n.log.Error(err, "NOTIFY failed; dispatchers on other replicas wait for their poll", "failures", failures)
