@@ -20,7 +20,10 @@ func HandlerFor(ep *config.Endpoint, rec Recorder, log logr.Logger) (http.Handle
 		Extractor:    ep.Extractor,
 		Recorder:     rec,
 		Ack:          AckFor(ep.Spec.Provider.Type),
-		Logger:       log,
+		Handshake: func(body []byte) (string, []byte, bool) {
+			return config.Handshake(ep.Spec.Provider.Type, body)
+		},
+		Logger: log,
 	})
 }
 

@@ -32,6 +32,7 @@ const (
 	outcomeDuplicate = "duplicate"
 	outcomeRejected  = "rejected"
 	outcomeError     = "error"
+	outcomeHandshake = "handshake"
 )
 
 // Extractor reads the events of a verified body; *config.Extractor is one.
@@ -65,6 +66,9 @@ type HandlerOptions struct {
 	Extractor    Extractor
 	Recorder     Recorder
 	Ack          Ack
+	// Handshake answers a verified endpoint-verification request (ok true) instead of
+	// treating it as a delivery; config.Handshake is one. Nil means none.
+	Handshake func(body []byte) (contentType string, response []byte, ok bool)
 	// TransactionTimeout bounds the database work; DefaultTransactionTimeout when zero.
 	TransactionTimeout time.Duration
 	// Clock is the request time given to the verifier; time.Now when nil.
@@ -142,6 +146,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log.Info("webhook rejected: signature", "reason", reason, "error", err.Error(), "remote", r.RemoteAddr)
 		h.reject(w, http.StatusUnauthorized, "signature verification failed")
 		return
+	}
+
+	// A verified endpoint-verification request (Slack's url_verification) is answered,
+	// not recorded: it carries no event.
+	if h.opts.Handshake != nil {
+		if contentType, response, ok := h.opts.Handshake(body); ok {
+			log.Info("answered the provider's endpoint verification")
+			h.respond(w, http.StatusOK, outcomeHandshake, contentType, response)
+			return
+		}
 	}
 
 	// 3. Extract id, type, entity, amount and time.

@@ -740,3 +740,36 @@ func (b *logBuffer) assertNotContains(t *testing.T, subs ...string) {
 		}
 	}
 }
+
+func slackHeader(secret string, body []byte) http.Header {
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("v0:" + ts + ":"))
+	mac.Write(body)
+	return http.Header{
+		"Content-Type":              {"application/json"},
+		"X-Slack-Request-Timestamp": {ts},
+		"X-Slack-Signature":         {"v0=" + hex.EncodeToString(mac.Sum(nil))},
+	}
+}
+
+// Slack accepts a Request URL only if the endpoint echoes a signed url_verification
+// challenge; the challenge is answered, never stored, and never echoed unverified.
+func TestSlackURLVerificationIsAnsweredAfterVerificationAndNotStored(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderSlack, maxBodyBytes: 1 << 20})
+	body := []byte(`{"token":"t","challenge":"c-3eZbrw1aBm2rZgRNFdxV","type":"url_verification"}`)
+
+	forged := f.post("/hooks", body, http.Header{"Content-Type": {"application/json"}})
+	if forged.code != http.StatusUnauthorized || strings.Contains(forged.body, "c-3eZbrw1aBm2rZgRNFdxV") {
+		t.Fatalf("unsigned challenge: %d %q, want 401 without the echo", forged.code, forged.body)
+	}
+
+	got := f.post("/hooks", body, slackHeader(stripeSecret, body))
+	if got.code != http.StatusOK || got.body != `{"challenge":"c-3eZbrw1aBm2rZgRNFdxV"}` {
+		t.Fatalf("signed challenge: %d %q, want 200 with the challenge", got.code, got.body)
+	}
+	f.assertNothingStored()
+	if n := f.requests("200", "handshake"); n != 1 {
+		t.Fatalf("handshake requests counted %v, want 1", n)
+	}
+}
