@@ -25,10 +25,18 @@ type Server struct {
 	// URL connects as the superuser "postgres" to the "postgres" database.
 	URL string
 
-	dir    string
-	pgCtl  string
-	cred   *syscall.Credential
-	logOut string
+	dir     string
+	pgCtl   string
+	cred    *syscall.Credential
+	logOut  string
+	options string
+}
+
+// Settings tune a throwaway server.
+type Settings struct {
+	// Durable keeps fsync and synchronous_commit on, so a crash (see Crash) loses no
+	// acknowledged commit. Off by default: tests that never crash the server run faster.
+	Durable bool
 }
 
 // BinDir finds the directory holding initdb and pg_ctl: PATH first, then the Debian and
@@ -58,6 +66,11 @@ func BinDir() (string, error) {
 // loopback port. PostgreSQL refuses to run as root, so as root the server runs as the
 // "postgres" system user.
 func Start(ctx context.Context) (*Server, error) {
+	return StartWith(ctx, Settings{})
+}
+
+// StartWith is Start with settings.
+func StartWith(ctx context.Context, settings Settings) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -90,9 +103,11 @@ func Start(ctx context.Context) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
-		"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300", port, dir)
-	if out, err := s.run(ctx, s.pgCtl, "-D", data, "-l", s.logOut, "-o", opts, "-w", "-t", "60", "start"); err != nil {
+	s.options = fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
+	if !settings.Durable {
+		s.options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	if out, err := s.run(ctx, s.pgCtl, "-D", data, "-l", s.logOut, "-o", s.options, "-w", "-t", "60", "start"); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("pg_ctl start: %w: %s", err, out)
 	}
@@ -102,6 +117,20 @@ func Start(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Crash stops the server the way a power cut or kill -9 would (immediate mode: no
+// checkpoint, crash recovery on the next start) and starts it again on the same port.
+// Reliability tests use it to show that nothing acknowledged is lost.
+func (s *Server) Crash(ctx context.Context) error {
+	data := filepath.Join(s.dir, "data")
+	if out, err := s.run(ctx, s.pgCtl, "-D", data, "-m", "immediate", "-w", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %w: %s", err, out)
+	}
+	if out, err := s.run(ctx, s.pgCtl, "-D", data, "-l", s.logOut, "-o", s.options, "-w", "-t", "60", "start"); err != nil {
+		return fmt.Errorf("pg_ctl start: %w: %s", err, out)
+	}
+	return waitReady(ctx, s.URL)
 }
 
 // Stop shuts the server down immediately and removes its directory.
