@@ -15,9 +15,16 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 )
 
 func main() {
+	// Deferred clean-ups (the throwaway server) run before the process exits.
+	exitCode := 0
+	defer func() { os.Exit(exitCode) }()
 	var (
 		suiteList   = flag.String("suite", "all", "comma-separated suites to run: "+fmt.Sprint(suiteNames())+" or all")
 		databaseURL = flag.String("database-url", defaultDatabaseURL(), "PostgreSQL URL of a role that may CREATE DATABASE")
@@ -33,12 +40,31 @@ func main() {
 	if err != nil {
 		logger.Fatal(err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// A newcomer's machine may have PostgreSQL installed but not running: use a throwaway
+	// server then, durable (fsync and synchronous_commit on) so commits cost what they
+	// cost in production.
+	adminURL := *databaseURL
+	if os.Getenv("TEST_DATABASE_URL") == "" && !reachable(ctx, adminURL) {
+		logger.Printf("no PostgreSQL at %s: starting a throwaway server from the local binaries", adminURL)
+		pg, err := pgtemp.StartWith(ctx, pgtemp.Settings{Durable: true})
+		if err != nil {
+			logger.Fatal(err)
+		}
+		defer pg.Stop()
+		adminURL = pg.URL
+	}
+
 	workDir, err := os.MkdirTemp("", "hookkeeper-bench-")
 	if err != nil {
-		logger.Fatal(err)
+		logger.Print(err)
+		exitCode = 1
+		return
 	}
 	env := &Env{
-		AdminURL:     *databaseURL,
+		AdminURL:     adminURL,
 		Hookkeeper:   *binary,
 		Concurrency:  *concurrency,
 		Phase:        *phase,
@@ -46,9 +72,6 @@ func main() {
 		WorkDir:      workDir,
 		Log:          logger,
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	var results []Result
 	failed := false
@@ -67,9 +90,22 @@ func main() {
 	printTable(os.Stdout, results)
 	if failed {
 		logger.Printf("logs of the processes are in %s", workDir)
-		os.Exit(1)
+		stop()
+		exitCode = 1
+		return
 	}
 	_ = os.RemoveAll(workDir)
+}
+
+func reachable(ctx context.Context, url string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close(ctx)
+	return true
 }
 
 func defaultDatabaseURL() string {
