@@ -186,3 +186,39 @@ func TestSamplesAreAccepted(t *testing.T) {
 		t.Errorf("config/samples has %d WebhookEndpoints; want one per provider plus the orders example", endpoints)
 	}
 }
+
+// Endpoints declared in chart values, one per exposure kind, render as WebhookEndpoints
+// that admission and config.Validate accept, with their exposure intact.
+func TestHelmChartEndpoints(t *testing.T) {
+	rendered := tool(t, "helm", "template", "hookkeeper", "charts/hookkeeper", "--namespace", "hookkeeper-system",
+		"--values", "test/manifests/testdata/values-endpoints.yaml", "--show-only", "templates/webhookendpoints.yaml")
+	objs := decode(t, rendered)
+	if len(objs) != 2 {
+		t.Fatalf("rendered %d WebhookEndpoints, want 2", len(objs))
+	}
+	exposures := map[string]string{}
+	for _, o := range objs {
+		var we v1alpha1.WebhookEndpoint
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &we); err != nil {
+			t.Fatalf("%s: %v", o.GetName(), err)
+		}
+		if err := config.Validate(&we); err != nil {
+			t.Errorf("%s: %v", o.GetName(), err)
+		}
+		if len(we.Spec.StateMachine.Transitions[0].On) == 0 {
+			t.Errorf("%s: the quoted \"on\" key did not survive rendering", o.GetName())
+		}
+		switch {
+		case we.Spec.Exposure != nil && we.Spec.Exposure.HTTPRoute != nil:
+			exposures[we.Name] = "httpRoute"
+		case we.Spec.Exposure != nil && we.Spec.Exposure.Ingress != nil:
+			exposures[we.Name] = "ingress"
+		}
+	}
+	if exposures["orders-payments"] != "httpRoute" || exposures["github-ci"] != "ingress" {
+		t.Errorf("exposures rendered as %v", exposures)
+	}
+	c := apiClient(t)
+	ensureNamespace(t, c, "ci")
+	dryRunApply(t, c, objs, "shop")
+}
