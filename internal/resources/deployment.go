@@ -2,6 +2,7 @@ package resources
 
 import (
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -112,7 +113,7 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
 					SecurityContext:               podSecurityContext(),
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					TerminationGracePeriodSeconds: ptr.To(int64(receiverGracePeriod.Seconds())),
 					// Spread replicas over nodes when the scheduler can, so one node going
 					// away does not take every receiver with it.
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
@@ -125,7 +126,14 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name:  ContainerReceiver,
 						Image: image(ep, opts),
-						Args:  []string{"receiver"},
+						// After SIGTERM the pod keeps serving for the drain delay with
+						// /readyz failing, so Services, Gateways and Ingress controllers stop
+						// routing to it before the listener closes: no delivery meets a
+						// refused connection during a rollout. Drain plus in-flight
+						// shutdown stays inside the grace period.
+						Args: []string{"receiver",
+							"--drain-delay=" + ReceiverDrainDelay.String(),
+							"--shutdown-timeout=" + receiverShutdownTimeout.String()},
 						Ports: []corev1.ContainerPort{
 							{Name: PortNameHTTP, ContainerPort: config.WebhookPort, Protocol: corev1.ProtocolTCP},
 							{Name: PortNameMetrics, ContainerPort: config.AdminPort, Protocol: corev1.ProtocolTCP},
@@ -143,3 +151,12 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 		},
 	}
 }
+
+// ReceiverDrainDelay is how long a terminating receiver keeps serving with /readyz
+// failing; receiverShutdownTimeout bounds the in-flight requests after that, and the
+// grace period covers both with a margin before the kubelet's SIGKILL.
+const (
+	ReceiverDrainDelay      = 5 * time.Second
+	receiverShutdownTimeout = 20 * time.Second
+	receiverGracePeriod     = ReceiverDrainDelay + receiverShutdownTimeout + 5*time.Second
+)

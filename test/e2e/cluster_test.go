@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -31,6 +32,15 @@ func awaitRollout(ctx context.Context, ns, name, oldHash string) string {
 		g.Expect(pods).To(HaveLen(int(*d.Spec.Replicas)))
 		for _, p := range pods {
 			g.Expect(p.Annotations[resources.AnnotationConfigHash]).To(Equal(hash))
+		}
+		// Old pods keep serving while they drain (--drain-delay): the rollout is over
+		// for the sender only once they are gone, not when the new ones are ready.
+		all, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(d.Spec.Selector.MatchLabels).String(),
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range all.Items {
+			g.Expect(p.Annotations[resources.AnnotationConfigHash]).To(Equal(hash), "pod %s of the old template still exists", p.Name)
 		}
 	}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return hash

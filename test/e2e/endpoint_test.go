@@ -282,11 +282,15 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// A provider's steady event rate (50/s per sender), so a slow rollout
+				// cannot outgrow the results buffer.
+				pace := time.NewTicker(20 * time.Millisecond)
+				defer pace.Stop()
 				for i := 0; ; i++ {
 					select {
 					case <-stop:
 						return
-					default:
+					case <-pace.C:
 					}
 					id := fmt.Sprintf("evt_%s_rot_%d_%05d", run, w, i)
 					body := devcluster.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
@@ -294,7 +298,18 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 					if err == nil {
 						acknowledged.Add(1)
 					}
-					results <- result{id: id, err: err}
+					r := result{id: id, err: err}
+					select {
+					case results <- r:
+					case <-stop:
+						// Keep the result when there is room (it may be an acknowledged
+						// event); never block a stopping sender on a full buffer.
+						select {
+						case results <- r:
+						default:
+						}
+						return
+					}
 				}
 			}()
 		}
