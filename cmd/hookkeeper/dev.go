@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,11 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -94,7 +91,9 @@ func runDev(parent context.Context, f devFlags) error {
 		StateDir:      stateDir,
 		Executable:    self,
 		DatabaseURL:   os.Getenv(config.EnvDatabaseURL),
-		StartOperator: runDevOperator,
+		StartOperator: func(ctx context.Context, cfg *rest.Config) error {
+			return controllers.RunInProcess(ctx, cfg, controllers.Options{ReceiverImage: devReceiverImage})
+		},
 		ApplySamples:  true,
 		Out:           out,
 		Log:           log,
@@ -130,29 +129,4 @@ func runDev(parent context.Context, f devFlags) error {
 	case <-session.Failed():
 		return session.Err()
 	}
-}
-
-// runDevOperator runs the operator in this process, as `hookkeeper manager` would, but
-// without leader election and with the metrics and probe servers off.
-func runDevOperator(ctx context.Context, cfg *rest.Config) error {
-	scheme := runtime.NewScheme()
-	if err := controllers.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		LeaderElection:         false,
-	})
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: devReceiverImage}); err != nil {
-		return err
-	}
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("run manager: %w", err)
-	}
-	return nil
 }

@@ -15,12 +15,10 @@ import (
 	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
 	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
 	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
@@ -74,7 +72,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		RepoRoot:      root,
 		Executable:    exe,
 		DatabaseURL:   databaseURL,
-		StartOperator: runOperator,
+		StartOperator: func(ctx context.Context, cfg *rest.Config) error {
+			return controllers.RunInProcess(ctx, cfg, controllers.Options{ReceiverImage: "hookkeeper:e2e"})
+		},
 		ApplySamples:  true,
 		Out:           GinkgoWriter,
 		Log:           ctrl.Log.WithName("devcluster"),
@@ -102,23 +102,3 @@ var _ = AfterEach(func() {
 	dumpEvents(ctx)
 	dumpTables(ctx)
 })
-
-// runOperator runs the operator in the test process, as `hookkeeper dev` does.
-func runOperator(ctx context.Context, cfg *rest.Config) error {
-	scheme := runtime.NewScheme()
-	if err := controllers.AddToScheme(scheme); err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		return err
-	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: "hookkeeper:e2e"}); err != nil {
-		return err
-	}
-	return mgr.Start(ctx)
-}
