@@ -87,16 +87,16 @@ func runDev(parent context.Context, f devFlags) error {
 	out := os.Stdout
 	fmt.Fprintf(out, "state and logs in %s\n", stateDir)
 	session, err := devcluster.StartSession(ctx, devcluster.SessionOptions{
-		BinDir:        f.binDir,
-		StateDir:      stateDir,
-		Executable:    self,
-		DatabaseURL:   os.Getenv(config.EnvDatabaseURL),
+		BinDir:      f.binDir,
+		StateDir:    stateDir,
+		Executable:  self,
+		DatabaseURL: os.Getenv(config.EnvDatabaseURL),
 		StartOperator: func(ctx context.Context, cfg *rest.Config) error {
 			return controllers.RunInProcess(ctx, cfg, controllers.Options{ReceiverImage: devReceiverImage})
 		},
-		ApplySamples:  true,
-		Out:           out,
-		Log:           log,
+		ApplySamples: true,
+		Out:          out,
+		Log:          log,
 	})
 	if err != nil {
 		return err

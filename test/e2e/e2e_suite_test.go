@@ -68,16 +68,16 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(exe).To(BeAnExistingFile())
 
 	session, err = devcluster.StartSession(ctx, devcluster.SessionOptions{
-		BinDir:        binDir,
-		RepoRoot:      root,
-		Executable:    exe,
-		DatabaseURL:   databaseURL,
+		BinDir:      binDir,
+		RepoRoot:    root,
+		Executable:  exe,
+		DatabaseURL: databaseURL,
 		StartOperator: func(ctx context.Context, cfg *rest.Config) error {
 			return controllers.RunInProcess(ctx, cfg, controllers.Options{ReceiverImage: "hookkeeper:e2e"})
 		},
-		ApplySamples:  true,
-		Out:           GinkgoWriter,
-		Log:           ctrl.Log.WithName("devcluster"),
+		ApplySamples: true,
+		Out:          GinkgoWriter,
+		Log:          ctrl.Log.WithName("devcluster"),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	clientset, err = kubernetes.NewForConfig(session.Cluster.Config())
