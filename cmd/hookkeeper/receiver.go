@@ -36,6 +36,9 @@ type receiverFlags struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	cpuProfile      string
+	// Group commit (receipt.GroupCommit).
+	groupMaxEvents    int
+	groupTransactions int
 }
 
 func init() {
@@ -65,6 +68,8 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.DurationVar(&f.drainDelay, "drain-delay", 0, "after SIGTERM, keep serving this long with /readyz failing before closing the listener")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", receiver.DefaultShutdownTimeout, "how long in-flight requests may take to finish after SIGTERM")
+	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own")
+	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`; off by default)")
 	return cmd
 }
@@ -130,7 +135,16 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 			notifier.Notify()
 		}
 	}
-	recOpts = append(recOpts, receipt.WithOutboxWritten(wake))
+	if f.groupMaxEvents < 1 || f.groupTransactions < 1 {
+		return fmt.Errorf("--group-commit-max-events and --group-commit-transactions must be at least 1, got %d and %d",
+			f.groupMaxEvents, f.groupTransactions)
+	}
+	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
+	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(receipt.GroupCommit{
+		MaxEvents:    f.groupMaxEvents,
+		Transactions: f.groupTransactions,
+		Observe:      func(n int) { groupSize.Observe(float64(n)) },
+	}))
 	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
 	if err != nil {
 		return err

@@ -51,6 +51,13 @@ var (
 		Name: "hookkeeper_transitions_total",
 		Help: "Recorded events by state-machine outcome.",
 	}, []string{LabelEndpoint, LabelOutcome})
+
+	// GroupSize is how many deliveries shared each receipt transaction (group commit).
+	GroupSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "hookkeeper_receipt_group_size",
+		Help:    "Deliveries committed per receipt transaction (group commit; 1 = alone).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+	}, []string{LabelEndpoint})
 )
 
 // Dispatcher metrics.
@@ -96,6 +103,6 @@ var (
 
 // Register adds every metric to reg. Call it once per registry.
 func Register(reg prometheus.Registerer) {
-	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions,
+	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
 		OutboxBacklog, OutboxOldestAge, OutboxDead, Deliveries, DeliveryAttempts, CommitToDelivery)
 }

@@ -182,6 +182,7 @@ type Recorder struct {
 	live            LiveFunc
 	deadlockRetries int
 	outboxWritten   func()
+	group           *grouper
 }
 
 // NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
@@ -189,6 +190,7 @@ type Recorder struct {
 func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recorder {
 	s, m := buildStatements(ep)
 	r := &Recorder{pool: pool, ep: ep, key: ep.Key(), sql: s, mode: m, deadlockRetries: 3}
+	r.group = newGrouper(r, DefaultGroupCommit)
 	for _, o := range opts {
 		o(r)
 	}
@@ -240,6 +242,19 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 			lives[i] = v
 		}
 	}
+	if r.group != nil && len(evs) == 1 {
+		res, err := r.group.record(ctx, evs[0], lives[0])
+		if err != nil {
+			return nil, err
+		}
+		return []Result{res}, nil
+	}
+	return r.recordWithRetries(ctx, evs, lives)
+}
+
+// recordWithRetries runs evs in one transaction, again when PostgreSQL chose it as a
+// deadlock victim.
+func (r *Recorder) recordWithRetries(ctx context.Context, evs []Event, lives []any) ([]Result, error) {
 	for attempt := 0; ; attempt++ {
 		res, err := r.recordOnce(ctx, evs, lives)
 		if err != nil && isDeadlock(err) && attempt < r.deadlockRetries && ctx.Err() == nil {
@@ -328,12 +343,8 @@ func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (re
 	for i := range evs {
 		ev := &evs[i]
 		res := &results[i]
-		if !r.ep.Machine.Handles(ev.Type) || ev.EntityKey == "" {
-			v := verdict{outcome: OutcomeUnhandled, detail: detailNotHandled}
-			if r.ep.Machine.Handles(ev.Type) {
-				v = verdict{outcome: OutcomeUnmatched, detail: DetailNoKey}
-			}
-			pending = append(pending, r.recordStep(ev, v, locked{}, res))
+		if !r.needsLock(ev) {
+			pending = append(pending, r.recordStep(ev, r.unlockedVerdict(ev), locked{}, res))
 			continue
 		}
 
@@ -373,6 +384,20 @@ func (r *Recorder) afterCommit(results []Result) {
 			return
 		}
 	}
+}
+
+// needsLock says whether ev's outcome depends on an entity: a transition handles its
+// type and it names an entity.
+func (r *Recorder) needsLock(ev *Event) bool {
+	return ev.EntityKey != "" && r.ep.Machine.Handles(ev.Type)
+}
+
+// unlockedVerdict is the outcome of an event that needs no lock (see needsLock).
+func (r *Recorder) unlockedVerdict(ev *Event) verdict {
+	if r.ep.Machine.Handles(ev.Type) {
+		return verdict{outcome: OutcomeUnmatched, detail: DetailNoKey}
+	}
+	return verdict{outcome: OutcomeUnhandled, detail: detailNotHandled}
 }
 
 // verdict is what the state machine decided for one locked event.

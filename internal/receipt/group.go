@@ -1,0 +1,328 @@
+package receipt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit
+//
+// Concurrent single-event deliveries share one transaction: the receiver's cost per
+// event is dominated by per-transaction work (BEGIN, COMMIT and its WAL flush, two
+// network round trips, their syscalls on both sides), not by the rows. A group of n
+// events costs two round trips in all:
+//
+//	[BEGIN + lock every member's entity, in entity-key order]
+//	decide each member with the state machine (Go)
+//	[each member's receipt-and-effects statement + COMMIT]
+//
+// Members of a group have distinct event ids and distinct entity keys, so each member's
+// decision depends only on its own locked row, exactly as if it ran alone; a delivery
+// that conflicts with a queued one waits for the next group. Locks are taken in key order
+// so groups (and replicas) never wait on each other in a cycle.
+//
+// Nothing is acknowledged before its group commits. A group that fails for any reason
+// is rolled back and each member then runs alone, so one member's failure (its own
+// deadlock, a constraint of the app's table, a timeout) never fails another. A group
+// waits at most groupLockTimeout for a lock; a member that contends for one runs alone
+// too, and the leader goes on with the queue. A member that onUnmatched Retry turns
+// away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
+//
+// There is no timer: a group is whatever is queued when a transaction slot frees up, so
+// a lone request starts at once and costs what it always did (two round trips). Groups
+// grow only under concurrency, where they pay.
+
+// GroupCommit configures group commit (WithGroupCommit).
+type GroupCommit struct {
+	// MaxEvents is the largest group; 1 turns group commit off.
+	MaxEvents int
+	// Transactions is how many group transactions run at once. Requests beyond them
+	// queue and form the next groups.
+	Transactions int
+	// Observe, when set, is told the size of every group run (a metric).
+	Observe func(size int)
+}
+
+// DefaultGroupCommit runs one group transaction at a time: deliveries that arrive while
+// it runs form the next group, so groups grow with load. Measured with make bench on 2
+// cores, a second concurrent transaction halved the groups and cost more CPU per event
+// than it saved in waiting (docs/benchmarks.md).
+var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 1}
+
+// WithGroupCommit sets how concurrent single-event RecordBatch calls share
+// transactions; NewRecorder uses DefaultGroupCommit. MaxEvents 1 gives every call a
+// transaction of its own, on the caller's goroutine.
+func WithGroupCommit(g GroupCommit) Option {
+	return func(r *Recorder) { r.group = newGrouper(r, g) }
+}
+
+func newGrouper(r *Recorder, g GroupCommit) *grouper {
+	if g.MaxEvents <= 1 || g.Transactions < 1 {
+		return nil
+	}
+	return &grouper{r: r, cfg: g}
+}
+
+// isLockTimeout tells the error of a group that waited groupLockTimeout for a lock.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// groupMember is one queued delivery and where its answer goes.
+type groupMember struct {
+	ctx   context.Context
+	ev    Event
+	live  any
+	reply chan groupReply // buffered: the leader never blocks on a caller that left
+}
+
+type groupReply struct {
+	res Result
+	err error
+}
+
+// grouper queues single-event deliveries and runs them in shared transactions, at most
+// cfg.Transactions at once. Each running transaction has a leader goroutine that keeps
+// taking groups until the queue is empty.
+type grouper struct {
+	r   *Recorder
+	cfg GroupCommit
+
+	mu      sync.Mutex
+	queue   []*groupMember
+	leaders int
+}
+
+// record queues ev and waits for its group's answer or for ctx.
+func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error) {
+	m := &groupMember{ctx: ctx, ev: ev, live: live, reply: make(chan groupReply, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, m)
+	if g.leaders < g.cfg.Transactions {
+		g.leaders++
+		go g.lead()
+	}
+	g.mu.Unlock()
+	select {
+	case rep := <-m.reply:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		// Either still queued (take skips it) or inside a transaction that may yet
+		// commit: unacknowledged either way, and a redelivery is a duplicate.
+		return Result{}, fmt.Errorf("record event %s: %w", ev.ID, ctx.Err())
+	}
+}
+
+// lead runs groups until the queue is empty.
+func (g *grouper) lead() {
+	for {
+		g.mu.Lock()
+		group := g.take()
+		if len(group) == 0 {
+			g.leaders--
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		if g.cfg.Observe != nil {
+			g.cfg.Observe(len(group))
+		}
+		g.run(group)
+	}
+}
+
+// take removes the next group from the queue, oldest first: up to MaxEvents members
+// with distinct event ids and entity keys. Members whose caller has gone are dropped.
+// Called with g.mu held.
+func (g *grouper) take() []*groupMember {
+	var group []*groupMember
+	ids := map[string]bool{}
+	keys := map[string]bool{}
+	rest := g.queue[:0]
+	for _, m := range g.queue {
+		switch {
+		case m.ctx.Err() != nil:
+			m.reply <- groupReply{err: fmt.Errorf("record event %s: %w", m.ev.ID, m.ctx.Err())}
+		case len(group) < g.cfg.MaxEvents && !ids[m.ev.ID] && (m.ev.EntityKey == "" || !keys[m.ev.EntityKey]):
+			ids[m.ev.ID] = true
+			if m.ev.EntityKey != "" {
+				keys[m.ev.EntityKey] = true
+			}
+			group = append(group, m)
+		default:
+			rest = append(rest, m)
+		}
+	}
+	clear(g.queue[len(rest):])
+	g.queue = rest
+	return group
+}
+
+// run commits one group. When the group cannot commit, each member whose caller still
+// waits gets a transaction of its own, on its own goroutine: the leader moves on to the
+// next group instead of waiting behind a member that contends for a lock.
+func (g *grouper) run(group []*groupMember) {
+	ctx, cancel := groupContext(group)
+	defer cancel()
+	replies, err := g.r.recordGroup(ctx, group)
+	if err == nil {
+		for i, m := range group {
+			m.reply <- replies[i]
+		}
+		return
+	}
+	if len(group) == 1 && !isLockTimeout(err) {
+		// Alone, the member's error is its own: answered as Record always answered it.
+		group[0].reply <- groupReply{err: err}
+		return
+	}
+	for _, m := range group {
+		if m.ctx.Err() != nil {
+			m.reply <- groupReply{err: fmt.Errorf("record event %s: %w", m.ev.ID, m.ctx.Err())}
+			continue
+		}
+		go func() {
+			res, err := g.r.recordWithRetries(m.ctx, []Event{m.ev}, []any{m.live})
+			rep := groupReply{err: err}
+			if err == nil {
+				rep.res = res[0]
+			}
+			m.reply <- rep
+		}()
+	}
+}
+
+// groupContext lives while any member's caller waits: the group is abandoned only when
+// nobody is left to acknowledge. Its deadline is the latest of the members', none if a
+// member has none.
+func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
+	latest, bounded := group[0].ctx.Deadline()
+	for _, m := range group[1:] {
+		d, ok := m.ctx.Deadline()
+		bounded = bounded && ok
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if bounded {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
+		cancelAll := cancel
+		cancel = func() { cancelDeadline(); cancelAll() }
+	}
+	var mu sync.Mutex
+	waiting := len(group)
+	stops := make([]func() bool, len(group))
+	for i, m := range group {
+		stops[i] = context.AfterFunc(m.ctx, func() {
+			mu.Lock()
+			waiting--
+			last := waiting == 0
+			mu.Unlock()
+			if last {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// groupLockTimeout bounds how long a group waits for a row or index lock (an entity
+// another replica's transaction or the app itself holds, a concurrent copy of an event).
+// Past it the group fails and its members run alone, where waiting delays only the
+// member that contends, not the deliveries queued behind the group.
+const groupLockTimeout = "50ms"
+
+var groupLockTimeoutStep = execStep("SET LOCAL lock_timeout = '" + groupLockTimeout + "'")
+
+// recordGroup runs the group's transaction: two round trips for the whole group. The
+// replies are in group order; an error means nothing was committed.
+func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember) (replies []groupReply, err error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire database connection: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			rollback(conn)
+		}
+		conn.Release()
+	}()
+
+	// Lock in entity-key order, so concurrent groups never wait on each other in a cycle.
+	order := make([]int, len(group))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ka, kb := group[a].ev.EntityKey, group[b].ev.EntityKey
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	})
+
+	ents := make([]locked, len(group))
+	steps := []step{beginStep, groupLockTimeoutStep}
+	for _, i := range order {
+		ev := &group[i].ev
+		if !r.needsLock(ev) {
+			continue
+		}
+		steps = append(steps, step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...),
+			read: func(br pgx.BatchResults) error {
+				var err error
+				if ents[i], err = scanLock(br); err != nil {
+					return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
+				}
+				return nil
+			}})
+	}
+	if len(steps) > 2 {
+		if err := pipeline(ctx, conn, steps); err != nil {
+			return nil, fmt.Errorf("lock entities of %d events: %w", len(group), err)
+		}
+		steps = steps[:0]
+	} // else nothing to lock: BEGIN rides with the inserts, one round trip in all.
+
+	replies = make([]groupReply, len(group))
+	results := make([]Result, len(group))
+	for _, i := range order {
+		ev := &group[i].ev
+		v := r.unlockedVerdict(ev)
+		if r.needsLock(ev) {
+			var retry bool
+			if v, retry = r.judge(ev, group[i].live, ents[i], true); retry {
+				replies[i].err = ErrRetryLater
+				continue
+			}
+		}
+		steps = append(steps, r.recordStep(ev, v, ents[i], &results[i]))
+	}
+	if err := pipeline(ctx, conn, append(steps, commitStep)); err != nil {
+		return nil, fmt.Errorf("record %d events: %w", len(group), err)
+	}
+	r.afterCommit(results)
+	for i := range replies {
+		if replies[i].err == nil {
+			replies[i].res = results[i]
+		}
+	}
+	return replies, nil
+}

@@ -1,0 +1,278 @@
+package receipt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// member queues nothing: it is a group member for run, with its reply channel.
+func member(ctx context.Context, e Event) *groupMember {
+	return &groupMember{ctx: ctx, ev: e, reply: make(chan groupReply, 1)}
+}
+
+// awaitReply waits for m's answer with a deadline.
+func awaitReply(t *testing.T, m *groupMember) groupReply {
+	t.Helper()
+	select {
+	case rep := <-m.reply:
+		return rep
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no reply for %s", m.ev.ID)
+		return groupReply{}
+	}
+}
+
+func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	const n = 24
+	for i := range n {
+		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
+	}
+
+	// The first group holds its leader (in Observe) until every other delivery has
+	// queued, so the second group is all of them: deterministic, no timing.
+	var sizes []int
+	var mu sync.Mutex
+	release := make(chan struct{})
+	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 1, Observe: func(size int) {
+		mu.Lock()
+		first := len(sizes) == 0
+		sizes = append(sizes, size)
+		mu.Unlock()
+		if first {
+			<-release
+		}
+	}}))
+	g := f.rec.group
+
+	results := make([]Result, n+1)
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	send := func(i int, e Event) {
+		wg.Go(func() { results[i], errs[i] = f.rec.Record(f.ctx, e) })
+	}
+	send(0, ev("evt_0", "payment_intent.succeeded", "order-0", 1000, t0))
+	waitFor(t, "the first group to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	for i := 1; i < n; i++ {
+		send(i, ev(fmt.Sprintf("evt_%d", i), "payment_intent.succeeded", fmt.Sprintf("order-%d", i), 1000, t0))
+	}
+	// A copy of evt_1 conflicts with it: it must wait for a later group, and be a duplicate.
+	send(n, ev("evt_1", "payment_intent.succeeded", "order-1", 1000, t0))
+	waitFor(t, "every delivery to queue", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == n })
+	close(release)
+	wg.Wait()
+
+	for i := range n {
+		if errs[i] != nil || results[i].Outcome != OutcomeApplied {
+			t.Fatalf("delivery %d: %+v, %v", i, results[i], errs[i])
+		}
+	}
+	if errs[n] != nil || !results[n].Duplicate {
+		t.Fatalf("the copy of evt_1: %+v, %v", results[n], errs[n])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 3 || sizes[0] != 1 || sizes[1] != n-1 || sizes[2] != 1 {
+		t.Fatalf("group sizes %v, want [1 %d 1]", sizes, n-1)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != n {
+		t.Fatalf("receipts = %d, want %d", got, n)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != n {
+		t.Fatalf("outbox rows = %d, want %d", got, n)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'paid' AND version = 1`); got != n {
+		t.Fatalf("paid entities with one transition = %d, want %d", got, n)
+	}
+}
+
+func TestGroupConcurrentCopiesApplyOnce(t *testing.T) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	const entities, copies = 8, 8
+	for i := range entities {
+		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	applied, dups := map[string]int{}, 0
+	start := make(chan struct{})
+	for i := range entities * copies {
+		e := ev(fmt.Sprintf("evt_%d", i%entities), "payment_intent.succeeded", fmt.Sprintf("order-%d", i%entities), 1000, t0)
+		wg.Go(func() {
+			<-start
+			res, err := f.rec.Record(f.ctx, e)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("%s: %v", e.ID, err)
+			case res.Duplicate:
+				dups++
+			case res.Outcome == OutcomeApplied:
+				applied[e.ID]++
+			default:
+				t.Errorf("%s: %+v", e.ID, res)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(applied) != entities || dups != entities*(copies-1) {
+		t.Fatalf("applied %v, duplicates %d", applied, dups)
+	}
+	for id, n := range applied {
+		if n != 1 {
+			t.Fatalf("%s applied %d times", id, n)
+		}
+	}
+	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != entities {
+		t.Fatalf("outbox rows = %d, want %d", got, entities)
+	}
+}
+
+func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
+		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES
+		 ('acme', 'txn-1', 'payment_pending', 100), ('acme', 'poison', 'payment_pending', 100), ('acme', 'txn-2', 'payment_pending', 100)`,
+		// The app's own rule refuses one order's update: that statement, and so a shared
+		// transaction, fails.
+		`CREATE FUNCTION public.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN IF NEW.client_txn_id = 'poison' THEN RAISE EXCEPTION 'order poison is frozen'; END IF; RETURN NEW; END $$`,
+		`CREATE TRIGGER refuse_poison BEFORE UPDATE ON public.orders FOR EACH ROW EXECUTE FUNCTION public.refuse_poison()`)
+
+	group := []*groupMember{
+		member(f.ctx, ev("evt_1", "payment_intent.succeeded", "txn-1", 100, t0)),
+		member(f.ctx, ev("evt_p", "payment_intent.succeeded", "poison", 100, t0)),
+		member(f.ctx, ev("evt_2", "payment_intent.succeeded", "txn-2", 100, t0)),
+	}
+	f.rec.group.run(group)
+	for _, i := range []int{0, 2} {
+		if rep := awaitReply(t, group[i]); rep.err != nil || rep.res.Outcome != OutcomeApplied {
+			t.Fatalf("%s: %+v, %v", group[i].ev.ID, rep.res, rep.err)
+		}
+	}
+	if rep := awaitReply(t, group[1]); rep.err == nil {
+		t.Fatalf("poison: %+v, want an error", rep.res)
+	}
+	got := f.str(`SELECT string_agg(client_txn_id || '=' || status, ',' ORDER BY id) FROM public.orders`)
+	if want := "txn-1=paid,poison=payment_pending,txn-2=paid"; got != want {
+		t.Fatalf("orders = %s, want %s", got, want)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = 'evt_p'`); got != 0 {
+		t.Fatalf("receipts of the failed member = %d, want 0 (it answered 503)", got)
+	}
+}
+
+func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	f.managedEntity("order-busy", "payment_pending", 100)
+	f.managedEntity("order-free", "payment_pending", 100)
+
+	// Someone else (another replica, the app) holds order-busy.
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM hk.entities WHERE entity_key = 'order-busy' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	busy := member(f.ctx, ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
+	free := member(f.ctx, ev("evt_free", "payment_intent.succeeded", "order-free", 100, t0))
+	ran := make(chan struct{})
+	go func() { f.rec.group.run([]*groupMember{busy, free}); close(ran) }()
+
+	// The group gives up on the lock; the free member commits and the leader is free
+	// for the next group while the busy member waits on its own.
+	if rep := awaitReply(t, free); rep.err != nil || rep.res.Outcome != OutcomeApplied {
+		t.Fatalf("free member: %+v, %v", rep.res, rep.err)
+	}
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader is still held by the locked entity")
+	}
+	select {
+	case rep := <-busy.reply:
+		t.Fatalf("the busy member answered while its entity was locked: %+v, %v", rep.res, rep.err)
+	default:
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep := awaitReply(t, busy); rep.err != nil || rep.res.Outcome != OutcomeApplied {
+		t.Fatalf("busy member after the lock was released: %+v, %v", rep.res, rep.err)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'paid' AND version = 1`); got != 2 {
+		t.Fatalf("paid entities = %d, want 2", got)
+	}
+}
+
+func TestGroupRetryLaterMemberWritesNothing(t *testing.T) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, nil))
+	f.managedEntity("order-1", "payment_pending", 100)
+	missing := member(f.ctx, ev("evt_early", "payment_intent.succeeded", "order-later", 100, t0))
+	present := member(f.ctx, ev("evt_1", "payment_intent.succeeded", "order-1", 100, t0))
+	f.rec.group.run([]*groupMember{missing, present})
+	if rep := awaitReply(t, missing); !errors.Is(rep.err, ErrRetryLater) {
+		t.Fatalf("missing entity: %+v, %v; want ErrRetryLater", rep.res, rep.err)
+	}
+	if rep := awaitReply(t, present); rep.err != nil || rep.res.Outcome != OutcomeApplied {
+		t.Fatalf("present entity: %+v, %v", rep.res, rep.err)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != 1 {
+		t.Fatalf("receipts = %d, want 1", got)
+	}
+}
+
+func TestGroupTakeSkipsConflictsAndGoneCallers(t *testing.T) {
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	live := context.Background()
+	g := &grouper{cfg: GroupCommit{MaxEvents: 3, Transactions: 1}}
+	goneMember := member(gone, ev("b", "t", "k2", 0, time.Time{}))
+	g.queue = []*groupMember{
+		member(live, ev("a", "t", "k1", 0, time.Time{})),
+		goneMember,
+		member(live, ev("c", "t", "k1", 0, time.Time{})), // same entity as a
+		member(live, ev("a", "t", "k3", 0, time.Time{})), // same event id as a
+		member(live, ev("d", "t", "", 0, time.Time{})),   // no entity: never conflicts on one
+		member(live, ev("e", "t", "", 0, time.Time{})),
+		member(live, ev("f", "t", "k4", 0, time.Time{})), // beyond MaxEvents
+	}
+	gotIDs := func(ms []*groupMember) (s []string) {
+		for _, m := range ms {
+			s = append(s, m.ev.ID+"/"+m.ev.EntityKey)
+		}
+		return s
+	}
+	group := g.take()
+	if got, want := fmt.Sprint(gotIDs(group)), "[a/k1 d/ e/]"; got != want {
+		t.Fatalf("group %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(gotIDs(g.queue)), "[c/k1 a/k3 f/k4]"; got != want {
+		t.Fatalf("left queued %s, want %s", got, want)
+	}
+	if rep := awaitReply(t, goneMember); !errors.Is(rep.err, context.Canceled) {
+		t.Fatalf("the member whose caller left: %+v, %v; want context.Canceled", rep.res, rep.err)
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
