@@ -49,11 +49,9 @@ type GroupCommit struct {
 	Observe func(size int)
 }
 
-// DefaultGroupCommit runs one group transaction at a time: deliveries that arrive while
-// it runs form the next group, so groups grow with load. Measured with make bench on 2
-// cores, a second concurrent transaction halved the groups and cost more CPU per event
-// than it saved in waiting (docs/benchmarks.md).
-var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 1}
+// DefaultGroupCommit overlaps two group transactions: while one sends its inserts and
+// commit, the next takes what has queued and locks its entities. Groups grow with load.
+var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 2}
 
 // WithGroupCommit sets how concurrent single-event RecordBatch calls share
 // transactions; NewRecorder uses DefaultGroupCommit. MaxEvents 1 gives every call a
@@ -98,6 +96,8 @@ type grouper struct {
 	mu      sync.Mutex
 	queue   []*groupMember
 	leaders int
+	// forming is held by the leader whose group is being taken and locked.
+	forming sync.Mutex
 }
 
 // record queues ev and waits for its group's answer or for ctx.
@@ -120,21 +120,26 @@ func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error
 	}
 }
 
-// lead runs groups until the queue is empty.
+// lead runs groups until the queue is empty. One group at a time forms and takes its
+// locks (g.forming): the next group is taken when the previous one holds its locks and
+// sends its inserts, so the two round trips of consecutive groups overlap and each
+// group is what arrived during one round trip, not two.
 func (g *grouper) lead() {
 	for {
+		g.forming.Lock()
 		g.mu.Lock()
 		group := g.take()
 		if len(group) == 0 {
 			g.leaders--
 			g.mu.Unlock()
+			g.forming.Unlock()
 			return
 		}
 		g.mu.Unlock()
 		if g.cfg.Observe != nil {
 			g.cfg.Observe(len(group))
 		}
-		g.run(group)
+		g.run(group, sync.OnceFunc(g.forming.Unlock))
 	}
 }
 
@@ -168,10 +173,12 @@ func (g *grouper) take() []*groupMember {
 // run commits one group. When the group cannot commit, each member whose caller still
 // waits gets a transaction of its own, on its own goroutine: the leader moves on to the
 // next group instead of waiting behind a member that contends for a lock.
-func (g *grouper) run(group []*groupMember) {
+// lockHeld is called once the group holds its locks (or has failed).
+func (g *grouper) run(group []*groupMember, lockHeld func()) {
+	defer lockHeld()
 	ctx, cancel := groupContext(group)
 	defer cancel()
-	replies, err := g.r.recordGroup(ctx, group)
+	replies, err := g.r.recordGroup(ctx, group, lockHeld)
 	if err == nil {
 		for i, m := range group {
 			m.reply <- replies[i]
@@ -250,7 +257,7 @@ var groupLockTimeoutStep = execStep("SET LOCAL lock_timeout = '" + groupLockTime
 
 // recordGroup runs the group's transaction: two round trips for the whole group. The
 // replies are in group order; an error means nothing was committed.
-func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember) (replies []groupReply, err error) {
+func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHeld func()) (replies []groupReply, err error) {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire database connection: %w", err)
@@ -300,6 +307,7 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember) (repli
 		}
 		steps = steps[:0]
 	} // else nothing to lock: BEGIN rides with the inserts, one round trip in all.
+	lockHeld()
 
 	replies = make([]groupReply, len(group))
 	results := make([]Result, len(group))

@@ -151,7 +151,7 @@ func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
 		member(f.ctx, ev("evt_p", "payment_intent.succeeded", "poison", 100, t0)),
 		member(f.ctx, ev("evt_2", "payment_intent.succeeded", "txn-2", 100, t0)),
 	}
-	f.rec.group.run(group)
+	f.rec.group.run(group, func() {})
 	for _, i := range []int{0, 2} {
 		if rep := awaitReply(t, group[i]); rep.err != nil || rep.res.Outcome != OutcomeApplied {
 			t.Fatalf("%s: %+v, %v", group[i].ev.ID, rep.res, rep.err)
@@ -187,7 +187,7 @@ func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
 	busy := member(f.ctx, ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
 	free := member(f.ctx, ev("evt_free", "payment_intent.succeeded", "order-free", 100, t0))
 	ran := make(chan struct{})
-	go func() { f.rec.group.run([]*groupMember{busy, free}); close(ran) }()
+	go func() { f.rec.group.run([]*groupMember{busy, free}, func() {}); close(ran) }()
 
 	// The group gives up on the lock; the free member commits and the leader is free
 	// for the next group while the busy member waits on its own.
@@ -220,7 +220,7 @@ func TestGroupRetryLaterMemberWritesNothing(t *testing.T) {
 	f.managedEntity("order-1", "payment_pending", 100)
 	missing := member(f.ctx, ev("evt_early", "payment_intent.succeeded", "order-later", 100, t0))
 	present := member(f.ctx, ev("evt_1", "payment_intent.succeeded", "order-1", 100, t0))
-	f.rec.group.run([]*groupMember{missing, present})
+	f.rec.group.run([]*groupMember{missing, present}, func() {})
 	if rep := awaitReply(t, missing); !errors.Is(rep.err, ErrRetryLater) {
 		t.Fatalf("missing entity: %+v, %v; want ErrRetryLater", rep.res, rep.err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,8 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		pgCPU     phaseCPU
 		peak      phaseResult
 		roundNote []string
+		pgElapsed time.Duration
+		groups    groupStats
 	)
 	for round := 1; round <= abRounds; round++ {
 		if err := settle(ctx, db); err != nil {
@@ -148,15 +151,25 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		if peak.elapsed > 0 {
 			rate = max(rate, peak.rate())
 		}
+		before, err := readGroupStats(ctx, proc.AdminAddr)
+		if err != nil {
+			return nil, err
+		}
 		r, err := closed(fmt.Sprintf("round %d: peak", round), slice, load.make(int(rate*slice.Seconds()*1.6)+2_000))
 		if err != nil {
 			return nil, err
 		}
+		after, err := readGroupStats(ctx, proc.AdminAddr)
+		if err != nil {
+			return nil, err
+		}
+		groups = groups.add(after.sub(before))
 		if r.exhausted {
 			return nil, fmt.Errorf("round %d ran out of pre-signed requests after %d; raise the batch size", round, r.requests)
 		}
 		roundNote = append(roundNote, fmt.Sprintf("%.2f", r.acceptedPerSec()/pgRound.TPS))
 		peak = peak.merge(r)
+		pgElapsed += pgRound.Duration
 	}
 	pg.finish()
 	peak.finish()
@@ -215,9 +228,13 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
 			Note: "tables + indexes, orders excluded"},
 		{Measure: "CPU per pgbench transaction", Value: fmt.Sprintf("%s (pgbench %s + PostgreSQL %s)",
-			us(pgPer.total()), us(pgPer.client), us(pgPer.database)), Note: "user + system, from /proc"},
+			us(pgPer.total()), us(pgPer.client), us(pgPer.database)),
+			Note: fmt.Sprintf("user + system, from /proc; %.2f cores busy", cores(pgCPU.total(), pgElapsed))},
 		{Measure: "CPU per receiver request at peak", Value: fmt.Sprintf("%s (load %s + receiver %s + PostgreSQL %s)",
-			us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database)), Note: "2 cores bound the sum"},
+			us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database)),
+			Note: fmt.Sprintf("%.2f cores busy of %d", cores(peak.cpu.total(), peak.elapsed), runtime.NumCPU())},
+		{Measure: "diagnostic: deliveries per receipt transaction", Value: fmt.Sprintf("%.1f", groups.mean()),
+			Note: fmt.Sprintf("group commit at peak: %.0f transactions for %.0f deliveries", groups.count, groups.sum)},
 		{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
 			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
 		{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
