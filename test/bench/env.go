@@ -25,8 +25,9 @@ type Env struct {
 	AdminURL string
 	// Hookkeeper is the path of the built hookkeeper binary.
 	Hookkeeper string
-	// Concurrency is the number of requests (or pgbench clients) in flight at once.
-	Concurrency int
+	// Concurrency lists the numbers of requests (or pgbench clients) in flight at once
+	// that the receiver suite measures, in order.
+	Concurrency []int
 	// Phase is the length of one measured phase.
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).

@@ -12,6 +12,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,7 +30,7 @@ func main() {
 		suiteList   = flag.String("suite", "all", "comma-separated suites to run: "+fmt.Sprint(suiteNames())+" or all")
 		databaseURL = flag.String("database-url", defaultDatabaseURL(), "PostgreSQL URL of a role that may CREATE DATABASE")
 		binary      = flag.String("hookkeeper", "bin/hookkeeper", "path of the built hookkeeper binary")
-		concurrency = flag.Int("concurrency", 8, "requests (and pgbench clients) in flight at once")
+		concurrency = flag.String("concurrency", "8,16,32", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
 	)
@@ -37,6 +38,10 @@ func main() {
 	logger := log.New(os.Stderr, "bench: ", log.Ltime)
 
 	chosen, err := selectSuites(*suiteList)
+	if err != nil {
+		logger.Fatal(err)
+	}
+	levels, err := parseLevels(*concurrency)
 	if err != nil {
 		logger.Fatal(err)
 	}
@@ -66,7 +71,7 @@ func main() {
 	env := &Env{
 		AdminURL:     adminURL,
 		Hookkeeper:   *binary,
-		Concurrency:  *concurrency,
+		Concurrency:  levels,
 		Phase:        *phase,
 		ReceiverArgs: strings.Fields(*extraArgs),
 		WorkDir:      workDir,
@@ -113,4 +118,17 @@ func defaultDatabaseURL() string {
 		return u
 	}
 	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// parseLevels reads -concurrency: positive integers, comma-separated.
+func parseLevels(s string) ([]int, error) {
+	var levels []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-concurrency: %q is not a positive integer", f)
+		}
+		levels = append(levels, n)
+	}
+	return levels, nil
 }

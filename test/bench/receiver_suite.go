@@ -73,7 +73,7 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	manifest, err := writeBenchManifest(env.WorkDir, env.Concurrency)
+	manifest, err := writeBenchManifest(env.WorkDir, slices.Max(env.Concurrency))
 	if err != nil {
 		return nil, err
 	}
@@ -87,23 +87,23 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	defer proc.Stop()
 
 	load := newStripeLoad("http://"+webhookAddr+"/", []byte(benchSecret))
-	attacker := func(maxWorkers int) *vegeta.Attacker {
-		return vegeta.NewAttacker(vegeta.Workers(uint64(env.Concurrency)), vegeta.MaxWorkers(uint64(maxWorkers)),
+	attacker := func(workers, maxWorkers int) *vegeta.Attacker {
+		return vegeta.NewAttacker(vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(maxWorkers)),
 			vegeta.Connections(maxWorkers), vegeta.KeepAlive(true), vegeta.Timeout(10*time.Second),
 			vegeta.Redirects(vegeta.NoFollow))
 	}
-	// closed runs exactly env.Concurrency requests in flight, as pgbench does.
-	closed := func(name string, d time.Duration, b *batch) (phaseResult, error) {
+	// closed keeps exactly `inFlight` requests in flight, as pgbench's clients do.
+	closed := func(name string, inFlight int, d time.Duration, b *batch) (phaseResult, error) {
 		if err := addOrders(ctx, db, "rx-", b.idFrom, b.idTo); err != nil {
 			return phaseResult{}, err
 		}
 		if err := settle(ctx, db); err != nil {
 			return phaseResult{}, err
 		}
-		env.Log.Printf("receiver: %s, %d in flight, %s, %d requests ready", name, env.Concurrency, d, len(b.targets))
+		env.Log.Printf("receiver: %s, %d in flight, %s, %d requests ready", name, inFlight, d, len(b.targets))
 		var res phaseResult
 		use, err := measureCPU(ctx, db, proc, func() {
-			res = attack(attacker(env.Concurrency), b, vegeta.Rate{}, d, name)
+			res = attack(attacker(inFlight, inFlight), b, vegeta.Rate{}, d, name)
 		})
 		if err != nil {
 			return phaseResult{}, err
@@ -114,70 +114,70 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return res, nil
 	}
 
-	warm, err := closed("warm-up", warmup, load.make(20_000))
+	warm, err := closed("warm-up", env.Concurrency[0], warmup, load.make(20_000))
 	if err != nil {
 		return nil, err
 	}
-	// pgbench and the receiver's peak alternate in short slices, so a busy moment of
-	// the machine (or of its disk) lands on both sides instead of skewing the ratio.
+	// At each concurrency, pgbench and the receiver's peak alternate in short slices, so
+	// a busy moment of the machine (or of its disk) lands on both sides of the ratio.
 	slice := max(env.Phase/abRounds, 2*time.Second)
-	var (
-		pg        pgbenchResult
-		pgCPU     phaseCPU
-		peak      phaseResult
-		roundNote []string
-		pgElapsed time.Duration
-		groups    groupStats
-	)
-	for round := 1; round <= abRounds; round++ {
-		if err := settle(ctx, db); err != nil {
-			return nil, err
-		}
-		var pgRound pgbenchResult
-		use, err := measureCPU(ctx, db, nil, func() {
-			pgRound, err = runPgbench(ctx, env, dbURL, env.Concurrency, pgbenchOrders, slice)
-		})
-		if err != nil {
-			return nil, err
-		}
-		use.client = pgRound.ClientCPU
-		env.Log.Printf("receiver: round %d: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s, CPU per transaction: pgbench %s, PostgreSQL %s",
-			round, pgRound.Count, pgRound.TPS, ms(pgRound.P50), ms(pgRound.P99), us(use.per(pgRound.Count).client), us(use.per(pgRound.Count).database))
-		pg = pg.merge(pgRound)
-		pgCPU = pgCPU.add(use)
+	var levels []levelResult
+	rate := warm.rate()
+	for _, c := range env.Concurrency {
+		lv := levelResult{concurrency: c}
+		for round := 1; round <= abRounds; round++ {
+			if err := settle(ctx, db); err != nil {
+				return nil, err
+			}
+			var pgRound pgbenchResult
+			use, err := measureCPU(ctx, db, nil, func() {
+				pgRound, err = runPgbench(ctx, env, dbURL, c, pgbenchOrders, slice)
+			})
+			if err != nil {
+				return nil, err
+			}
+			use.client = pgRound.ClientCPU
+			env.Log.Printf("receiver: %d clients, round %d: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s, CPU per transaction: pgbench %s, PostgreSQL %s",
+				c, round, pgRound.Count, pgRound.TPS, ms(pgRound.P50), ms(pgRound.P99), us(use.per(pgRound.Count).client), us(use.per(pgRound.Count).database))
+			lv.pg = lv.pg.merge(pgRound)
+			lv.pgCPU = lv.pgCPU.add(use)
+			lv.pgElapsed += pgRound.Duration
 
-		// Size the batch from the rate seen so far, with room to spare.
-		rate := warm.rate()
-		if peak.elapsed > 0 {
-			rate = max(rate, peak.rate())
+			before, err := readGroupStats(ctx, proc.AdminAddr)
+			if err != nil {
+				return nil, err
+			}
+			// Size the batch from the fastest rate seen so far, with room to spare.
+			r, err := closed(fmt.Sprintf("%d in flight, round %d: peak", c, round), c, slice, load.make(int(rate*slice.Seconds()*2)+2_000))
+			if err != nil {
+				return nil, err
+			}
+			if r.exhausted {
+				return nil, fmt.Errorf("%d in flight, round %d ran out of pre-signed requests after %d; raise the batch size", c, round, r.requests)
+			}
+			after, err := readGroupStats(ctx, proc.AdminAddr)
+			if err != nil {
+				return nil, err
+			}
+			rate = max(rate, r.rate())
+			lv.groups = lv.groups.add(after.sub(before))
+			lv.rounds = append(lv.rounds, fmt.Sprintf("%.2f", r.acceptedPerSec()/pgRound.TPS))
+			lv.rx = lv.rx.merge(r)
 		}
-		before, err := readGroupStats(ctx, proc.AdminAddr)
-		if err != nil {
-			return nil, err
-		}
-		r, err := closed(fmt.Sprintf("round %d: peak", round), slice, load.make(int(rate*slice.Seconds()*1.6)+2_000))
-		if err != nil {
-			return nil, err
-		}
-		after, err := readGroupStats(ctx, proc.AdminAddr)
-		if err != nil {
-			return nil, err
-		}
-		groups = groups.add(after.sub(before))
-		if r.exhausted {
-			return nil, fmt.Errorf("round %d ran out of pre-signed requests after %d; raise the batch size", round, r.requests)
-		}
-		roundNote = append(roundNote, fmt.Sprintf("%.2f", r.acceptedPerSec()/pgRound.TPS))
-		peak = peak.merge(r)
-		pgElapsed += pgRound.Duration
+		lv.pg.finish()
+		lv.rx.finish()
+		levels = append(levels, lv)
 	}
-	pg.finish()
-	peak.finish()
-	pgPer := pgCPU.per(pg.Count)
 
-	// Open loop at half of the peak: the pacer sends on schedule whatever the latency,
-	// so queueing shows in the quantiles instead of slowing the sender.
-	halfRate := max(int(peak.acceptedPerSec()/2), 1)
+	// Open loop at half of the best peak: the pacer sends on schedule whatever the
+	// latency, so queueing shows in the quantiles instead of slowing the sender.
+	best := levels[0]
+	for _, lv := range levels[1:] {
+		if lv.rx.acceptedPerSec() > best.rx.acceptedPerSec() {
+			best = lv
+		}
+	}
+	halfRate := max(int(best.rx.acceptedPerSec()/2), 1)
 	hb := load.make(int(float64(halfRate)*env.Phase.Seconds()) + 100)
 	if err := addOrders(ctx, db, "rx-", hb.idFrom, hb.idTo); err != nil {
 		return nil, err
@@ -188,7 +188,8 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	env.Log.Printf("receiver: half of peak, %d/s open loop, %s", halfRate, env.Phase)
 	var half phaseResult
 	halfCPU, err := measureCPU(ctx, db, proc, func() {
-		half = attack(attacker(env.Concurrency*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
+		workers := slices.Max(env.Concurrency)
+		half = attack(attacker(workers, workers*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
 	})
 	if err != nil {
 		return nil, err
@@ -202,7 +203,11 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 
-	rxBytes, pgBytes, err := bytesPerEvent(ctx, db, pg.Count)
+	pgTotal := 0
+	for _, lv := range levels {
+		pgTotal += lv.pg.Count
+	}
+	rxBytes, pgBytes, err := bytesPerEvent(ctx, db, pgTotal)
 	if err != nil {
 		return nil, err
 	}
@@ -211,36 +216,35 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 
-	ratio := peak.acceptedPerSec() / pg.TPS
-	rxPer := peak.cpu.per(peak.requests)
-	c := strconv.Itoa(env.Concurrency)
-	rows := []Row{
-		{Measure: "pgbench seed transaction (tps)", Value: fmt.Sprintf("%.0f", pg.TPS),
-			Note: fmt.Sprintf("%s clients, prepared, %d slices of %s", c, abRounds, slice)},
-		{Measure: "pgbench latency p50 / p99", Value: ms(pg.P50) + " / " + ms(pg.P99), Note: c + " clients"},
-		{Measure: "receiver accepted/s at peak", Value: fmt.Sprintf("%.0f", peak.acceptedPerSec()),
-			Note: c + " in flight, 2xx only; 85% new, 10% dup, 5% forged; slices alternate with pgbench's"},
-		{Measure: "receiver / pgbench ratio", Value: fmt.Sprintf("%.2f", ratio), Goal: ">= 1.00",
-			Note: "same run, same database; per slice " + strings.Join(roundNote, ", ")},
-		{Measure: "receiver latency p50 / p99 at peak", Value: ms(peak.p50) + " / " + ms(peak.p99), Note: c + " in flight"},
-		{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
-			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s", halfRate, half.acceptedPerSec())},
-		{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
-			Note: "tables + indexes, orders excluded"},
-		{Measure: "CPU per pgbench transaction", Value: fmt.Sprintf("%s (pgbench %s + PostgreSQL %s)",
-			us(pgPer.total()), us(pgPer.client), us(pgPer.database)),
-			Note: fmt.Sprintf("user + system, from /proc; %.2f cores busy", cores(pgCPU.total(), pgElapsed))},
-		{Measure: "CPU per receiver request at peak", Value: fmt.Sprintf("%s (load %s + receiver %s + PostgreSQL %s)",
-			us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database)),
-			Note: fmt.Sprintf("%.2f cores busy of %d", cores(peak.cpu.total(), peak.elapsed), runtime.NumCPU())},
-		{Measure: "diagnostic: deliveries per receipt transaction", Value: fmt.Sprintf("%.1f", groups.mean()),
-			Note: fmt.Sprintf("group commit at peak: %.0f transactions for %.0f deliveries", groups.count, groups.sum)},
-		{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
-			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
-		{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
-			Goal: "equal", Note: "exactly once, across all phases"},
+	var rows []Row
+	for _, lv := range levels {
+		c := strconv.Itoa(lv.concurrency)
+		pgPer, rxPer := lv.pgCPU.per(lv.pg.Count), lv.rx.cpu.per(lv.rx.requests)
+		rows = append(rows,
+			Row{Measure: "receiver / pgbench ratio, " + c + " in flight", Value: fmt.Sprintf("%.2f", lv.rx.acceptedPerSec()/lv.pg.TPS), Goal: ">= 1.00",
+				Note: fmt.Sprintf("receiver %.0f accepted/s, pgbench %.0f tps; per slice %s", lv.rx.acceptedPerSec(), lv.pg.TPS, strings.Join(lv.rounds, ", "))},
+			Row{Measure: "  latency p50 / p99, " + c + " in flight", Value: "receiver " + ms(lv.rx.p50) + " / " + ms(lv.rx.p99) + ", pgbench " + ms(lv.pg.P50) + " / " + ms(lv.pg.P99)},
+			Row{Measure: "  CPU per event, " + c + " in flight", Value: fmt.Sprintf("receiver %s (load %s + receiver %s + PostgreSQL %s), pgbench %s (pgbench %s + PostgreSQL %s)",
+				us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database), us(pgPer.total()), us(pgPer.client), us(pgPer.database)),
+				Note: fmt.Sprintf("cores busy: receiver %.2f, pgbench %.2f of %d", cores(lv.rx.cpu.total(), lv.rx.elapsed), cores(lv.pgCPU.total(), lv.pgElapsed), runtime.NumCPU())},
+			Row{Measure: "  deliveries per receipt transaction, " + c + " in flight", Value: fmt.Sprintf("%.1f", lv.groups.mean()),
+				Note: fmt.Sprintf("group commit: %.0f transactions for %.0f deliveries", lv.groups.count, lv.groups.sum)},
+		)
 	}
-	unexpected := warm.unexpected + peak.unexpected + half.unexpected
+	rows = append(rows,
+		Row{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
+			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s (peak: %d in flight)", halfRate, half.acceptedPerSec(), best.concurrency)},
+		Row{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
+			Note: "tables + indexes, orders excluded"},
+		Row{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
+			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
+		Row{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
+			Goal: "equal", Note: "exactly once, across all phases"},
+	)
+	unexpected := warm.unexpected + half.unexpected
+	for _, lv := range levels {
+		unexpected += lv.rx.unexpected
+	}
 	if unexpected != "" {
 		rows = append(rows, Row{Measure: "unexpected responses", Value: strings.TrimSpace(unexpected), Goal: "none"})
 	}
@@ -248,6 +252,17 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return rows, fmt.Errorf("stored %d receipts for %d new events", stored, want)
 	}
 	return rows, nil
+}
+
+// levelResult is one concurrency's alternating pgbench and receiver slices.
+type levelResult struct {
+	concurrency int
+	pg          pgbenchResult
+	pgCPU       phaseCPU
+	pgElapsed   time.Duration
+	rx          phaseResult
+	groups      groupStats
+	rounds      []string // the receiver/pgbench ratio of each round
 }
 
 // phaseResult summarizes one attack.
