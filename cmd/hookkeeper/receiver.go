@@ -36,9 +36,25 @@ type receiverFlags struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	cpuProfile      string
-	// Group commit (receipt.GroupCommit).
+	// Group commit (receipt.GroupCommit); zero means the default.
 	groupMaxEvents    int
 	groupTransactions int
+}
+
+// groupCommit is the group-commit configuration the flags ask for.
+func (f receiverFlags) groupCommit() (receipt.GroupCommit, error) {
+	g := receipt.DefaultGroupCommit
+	if f.groupMaxEvents < 0 || f.groupTransactions < 0 {
+		return g, fmt.Errorf("--group-commit-max-events and --group-commit-transactions must be at least 1 (0: the default), got %d and %d",
+			f.groupMaxEvents, f.groupTransactions)
+	}
+	if f.groupMaxEvents > 0 {
+		g.MaxEvents = f.groupMaxEvents
+	}
+	if f.groupTransactions > 0 {
+		g.Transactions = f.groupTransactions
+	}
+	return g, nil
 }
 
 func init() {
@@ -68,14 +84,18 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.DurationVar(&f.drainDelay, "drain-delay", 0, "after SIGTERM, keep serving this long with /readyz failing before closing the listener")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", receiver.DefaultShutdownTimeout, "how long in-flight requests may take to finish after SIGTERM")
-	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own")
-	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped")
+	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own, 0 the default")
+	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`; off by default)")
 	return cmd
 }
 
 func runReceiver(parent context.Context, f receiverFlags) error {
 	zl, err := newReceiverZap(f.logLevel)
+	if err != nil {
+		return err
+	}
+	group, err := f.groupCommit()
 	if err != nil {
 		return err
 	}
@@ -135,16 +155,9 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 			notifier.Notify()
 		}
 	}
-	if f.groupMaxEvents < 1 || f.groupTransactions < 1 {
-		return fmt.Errorf("--group-commit-max-events and --group-commit-transactions must be at least 1, got %d and %d",
-			f.groupMaxEvents, f.groupTransactions)
-	}
 	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
-	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(receipt.GroupCommit{
-		MaxEvents:    f.groupMaxEvents,
-		Transactions: f.groupTransactions,
-		Observe:      func(n int) { groupSize.Observe(float64(n)) },
-	}))
+	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
+	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
 	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
 	if err != nil {
 		return err

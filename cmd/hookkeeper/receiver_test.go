@@ -166,8 +166,9 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 		flags receiverFlags
 		want  string
 	}{
-		"no endpoint":   {receiverFlags{logLevel: "info"}, config.EnvEndpoint},
-		"bad log level": {receiverFlags{logLevel: "chatty"}, "--log-level"},
+		"no endpoint":    {receiverFlags{logLevel: "info"}, config.EnvEndpoint},
+		"bad log level":  {receiverFlags{logLevel: "chatty"}, "--log-level"},
+		"negative group": {receiverFlags{logLevel: "info", groupMaxEvents: -1}, "--group-commit-max-events"},
 	} {
 		err := runReceiver(context.Background(), tc.flags)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

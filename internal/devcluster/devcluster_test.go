@@ -461,9 +461,13 @@ func testLiveness(t *testing.T, c *testCluster) {
 		// SIGTERM ends the helper cleanly.
 		g.Expect(cs.LastTerminationState.Terminated.ExitCode).To(BeZero())
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
-	logData, err := os.ReadFile(filepath.Join(c.agent.PodLogDir(), podDirNameFor(t, c, ns, "unhealthy"), "main.log"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(strings.Count(string(logData), "listening on")).To(BeNumerically(">=", 2), "the process was started again")
+	// The restarted process writes its line a moment after the restart is reported.
+	logFile := filepath.Join(c.agent.PodLogDir(), podDirNameFor(t, c, ns, "unhealthy"), "main.log")
+	g.Eventually(func(g Gomega) {
+		logData, err := os.ReadFile(logFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Count(string(logData), "listening on")).To(BeNumerically(">=", 2), "the process was started again")
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 }
 
 func podDirNameFor(t *testing.T, c *testCluster, ns, name string) string {
