@@ -231,7 +231,16 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 				Note: fmt.Sprintf("group commit: %.0f transactions for %.0f deliveries", lv.groups.count, lv.groups.sum)},
 		)
 	}
+	pgBest := levels[0]
+	for _, lv := range levels[1:] {
+		if lv.pg.TPS > pgBest.pg.TPS {
+			pgBest = lv
+		}
+	}
 	rows = append(rows,
+		Row{Measure: "receiver best / pgbench best", Value: fmt.Sprintf("%.2f", best.rx.acceptedPerSec()/pgBest.pg.TPS), Goal: ">= 1.00",
+			Note: fmt.Sprintf("receiver %.0f accepted/s at %d in flight, pgbench %.0f tps at %d clients: each at its best level",
+				best.rx.acceptedPerSec(), best.concurrency, pgBest.pg.TPS, pgBest.concurrency)},
 		Row{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
 			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s (peak: %d in flight)", halfRate, half.acceptedPerSec(), best.concurrency)},
 		Row{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
