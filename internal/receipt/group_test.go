@@ -62,9 +62,14 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 	for i := 1; i < n; i++ {
 		send(i, ev(fmt.Sprintf("evt_%d", i), "payment_intent.succeeded", fmt.Sprintf("order-%d", i), 1000, t0))
 	}
-	// A copy of evt_1 conflicts with it: it must wait for a later group, and be a duplicate.
+	queued := func(k int) func() bool {
+		return func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == k }
+	}
+	waitFor(t, "deliveries 1.. to queue", queued(n-1))
+	// A copy of evt_1, queued after it, conflicts with it: it must wait for a later
+	// group, and be a duplicate.
 	send(n, ev("evt_1", "payment_intent.succeeded", "order-1", 1000, t0))
-	waitFor(t, "every delivery to queue", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == n })
+	waitFor(t, "every delivery to queue", queued(n))
 	close(release)
 	wg.Wait()
 
