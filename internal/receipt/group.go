@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -274,16 +275,7 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		ka, kb := group[a].ev.EntityKey, group[b].ev.EntityKey
-		switch {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(group[a].ev.EntityKey, group[b].ev.EntityKey) })
 
 	ents := make([]locked, len(group))
 	steps := []step{beginStep, groupLockTimeoutStep}
