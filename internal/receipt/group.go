@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -284,14 +283,7 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		if !r.needsLock(ev) {
 			continue
 		}
-		steps = append(steps, step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...),
-			read: func(br pgx.BatchResults) error {
-				var err error
-				if ents[i], err = scanLock(br); err != nil {
-					return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
-				}
-				return nil
-			}})
+		steps = append(steps, r.lockStep(ev, &ents[i]))
 	}
 	if len(steps) > 2 {
 		if err := pipeline(ctx, conn, steps); err != nil {

@@ -2,7 +2,8 @@
 // transitions atomically: the seed's "atomic event receipt" pattern (DESIGN.md sections
 // 4 and 5).
 //
-// One transaction per request (READ COMMITTED):
+// One transaction per request (READ COMMITTED); concurrent single-event requests share
+// one (group commit, group.go), each member still decided against its own entity:
 //
 //	lock the entity row (SELECT ... FOR UPDATE)        (pipelined with BEGIN)
 //	decide with the state machine (Go: state, stale check, CEL guard)
@@ -28,6 +29,8 @@
 //   - 1 round trip when no transition handles its type (unhandled) or it has no entity
 //     key: [BEGIN + insert with the final outcome + COMMIT].
 //
+// A group of n concurrent deliveries costs 2 round trips in all: every lock rides with
+// BEGIN, every receipt statement with COMMIT.
 // An Adyen batch of n items costs at most n+1 round trips in one transaction: each
 // item's receipt statement rides in the same batch as the next item's lock.
 // (The first execution of each statement on a connection adds one round trip to prepare
@@ -349,14 +352,7 @@ func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (re
 		}
 
 		var ent locked
-		lock := step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
-			var err error
-			if ent, err = scanLock(br); err != nil {
-				return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
-			}
-			return nil
-		}}
-		if err := pipeline(ctx, conn, append(pending, lock)); err != nil {
+		if err := pipeline(ctx, conn, append(pending, r.lockStep(ev, &ent))); err != nil {
 			return nil, err
 		}
 		pending = nil
@@ -384,6 +380,17 @@ func (r *Recorder) afterCommit(results []Result) {
 			return
 		}
 	}
+}
+
+// lockStep locks ev's entity and reads it into dst when it runs.
+func (r *Recorder) lockStep(ev *Event, dst *locked) step {
+	return step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
+		var err error
+		if *dst, err = scanLock(br); err != nil {
+			return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
+		}
+		return nil
+	}}
 }
 
 // needsLock says whether ev's outcome depends on an entity: a transition handles its

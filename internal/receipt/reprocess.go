@@ -87,14 +87,8 @@ func (r *Recorder) Reprocess(ctx context.Context, eventRowID int64) (res Result,
 		next = execStep(r.sql.outcome, eventRowID, string(OutcomeUnmatched), DetailNoKey)
 	default:
 		var ent locked
-		lockArgs := append([]any{r.key, ev.EntityKey}, r.lockArgs(&ev)...)
-		lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
-			var err error
-			ent, err = scanLock(br)
-			return err
-		}}
-		if err := pipeline(ctx, conn, []step{lock}); err != nil {
-			return Result{}, fmt.Errorf("lock entity of receipt %d: %w", eventRowID, err)
+		if err := pipeline(ctx, conn, []step{r.lockStep(&ev, &ent)}); err != nil {
+			return Result{}, fmt.Errorf("reprocess receipt %d: %w", eventRowID, err)
 		}
 		v, _ := r.judge(&ev, live, ent, false)
 		next = r.reprocessStep(&ev, v, eventRowID, &res)
