@@ -81,6 +81,7 @@ func TestCRDRoundTripAppliesDefaults(t *testing.T) {
 		"receiver.replicas 2":        s.Receiver.Replicas != nil && *s.Receiver.Replicas == 2,
 		"receiver.path /":            s.Receiver.Path == "/",
 		"receiver.maxBodyBytes 1MiB": s.Receiver.MaxBodyBytes == 1048576,
+		"stateMachine.parkFor 72h":   s.StateMachine.ParkFor != nil && s.StateMachine.ParkFor.Duration == 72*time.Hour,
 		"serviceMonitor enabled":     s.Monitoring.ServiceMonitor.Enabled != nil && *s.Monitoring.ServiceMonitor.Enabled,
 		"networkPolicy enabled":      s.NetworkPolicy.Enabled != nil && *s.NetworkPolicy.Enabled,
 	}
@@ -132,6 +133,12 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 				w.Spec.SigningSecrets = append(w.Spec.SigningSecrets, w.Spec.SigningSecrets[0])
 			}
 		}, []string{"signingSecrets", "must have at most 4 items"}},
+		{"negative parkFor", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.ParkFor = &metav1.Duration{Duration: -time.Hour}
+		}, []string{"parkFor must be between 0s and 8760h"}},
+		{"parkFor over a year", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.StateMachine.ParkFor = &metav1.Duration{Duration: 9000 * time.Hour}
+		}, []string{"parkFor must be between 0s and 8760h"}},
 		{"unknown provider", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Type = "PayPal"
 		}, []string{"Unsupported value", "PayPal"}},

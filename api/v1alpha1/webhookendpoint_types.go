@@ -375,6 +375,16 @@ type StateMachineSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Transitions []Transition `json:"transitions"`
+	// parkFor is how long an event that cannot apply yet waits for its entity: its type
+	// has a transition that starts from a state the entity can still reach, but not from
+	// its current one (it arrived before the event it follows). Such an event is
+	// recorded as parked and applied by the transaction that moves the entity there;
+	// past parkFor it is recorded as expired. "0s" turns parking off: such events are
+	// recorded as ignored_state, as an event that can never apply is.
+	// +kubebuilder:default="72h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('8760h')",message="parkFor must be between 0s and 8760h (one year)"
+	// +optional
+	ParkFor *metav1.Duration `json:"parkFor,omitempty"`
 }
 
 // ServiceReference points at a Service in the endpoint's namespace (or another).

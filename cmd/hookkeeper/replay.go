@@ -31,13 +31,14 @@ type replayFlags struct {
 	ids          []int64
 	dryRun       bool
 	batchSize    int
+	outcomes     []string
 }
 
 func newReplayCmd() *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay (--dead-letters | --receipts) [--since T] [--until T] [--id N]... [--dry-run]",
-		Short: "Re-drive dead-lettered deliveries or re-run unmatched/guard_failed receipts",
+		Use:   "replay (--dead-letters | --receipts [--outcome O,...]) [--since T] [--until T] [--id N]... [--dry-run]",
+		Short: "Re-drive dead-lettered deliveries or re-run receipts that did not apply",
 		Long: `replay works on one endpoint, read from --endpoint FILE or $` + config.EnvEndpoint + `, in the
 database at $` + config.EnvDatabaseURL + `.
 
@@ -45,9 +46,12 @@ database at $` + config.EnvDatabaseURL + `.
 running dispatchers deliver them with their original Idempotency-Key. --since/--until
 select by the time the row was dead-lettered.
 
---receipts re-runs stored receipts whose outcome is unmatched or guard_failed through the
-receipt transaction (for example once the order they name exists); --since/--until select
-by the time the receipt was received. It compiles the endpoint like the receiver does, so
+--receipts re-runs stored receipts through the receipt transaction (for example once the
+order they name exists, or once a guard is fixed): by default those whose outcome is
+unmatched, guard_failed or guard_error; --outcome chooses among those and parked and
+expired (--outcome parked,expired --dry-run lists the events waiting for their entity and
+those that waited longer than stateMachine.parkFor). --since/--until select by the time
+the receipt was received. It compiles the endpoint like the receiver does, so
 it needs the same variables ($` + config.EnvSigningSecretPrefix + `<index>, and the refetch key if the
 provider block has one).
 
@@ -63,7 +67,8 @@ selected rows and changes nothing. Times are RFC 3339 or a duration before now (
 	fl := cmd.Flags()
 	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file (default: $"+config.EnvEndpoint+")")
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "re-drive dead-lettered outbox rows")
-	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts whose outcome is unmatched or guard_failed")
+	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts that did not apply (see --outcome)")
+	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired (default unmatched,guard_failed,guard_error)")
 	fl.StringVar(&f.since, "since", "", "only rows dead-lettered (or received) at or after this time")
 	fl.StringVar(&f.until, "until", "", "only rows dead-lettered (or received) before this time")
 	fl.Int64SliceVar(&f.ids, "id", nil, "only these row ids (outbox ids with --dead-letters, receipt ids with --receipts); repeatable")
@@ -75,6 +80,14 @@ selected rows and changes nothing. Times are RFC 3339 or a duration before now (
 func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) error {
 	if f.deadLetters == f.receipts {
 		return errors.New("choose exactly one of --dead-letters and --receipts")
+	}
+	if len(f.outcomes) > 0 && !f.receipts {
+		return errors.New("--outcome selects receipts: use it with --receipts")
+	}
+	for _, o := range f.outcomes {
+		if !receipt.Replayable(receipt.Outcome(o)) {
+			return fmt.Errorf("--outcome %q: a replay re-runs only unmatched, guard_failed, guard_error, parked and expired receipts", o)
+		}
 	}
 	now := time.Now()
 	since, err := parseReplayTime(f.since, now)
@@ -120,7 +133,7 @@ func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) err
 			_, _ = fmt.Fprintf(stdout, "%d\t%s\t%s\t%s\t%s\t%s\n", it.ID, it.At.UTC().Format(time.RFC3339), it.EntityKey, it.EventType, it.Key, it.State)
 		}
 	}
-	sel := outbox.Selection{Endpoint: key, Since: since, Until: until, IDs: f.ids}
+	sel := outbox.Selection{Endpoint: key, Since: since, Until: until, IDs: f.ids, Outcomes: f.outcomes}
 
 	if f.deadLetters {
 		rep, err := outbox.RedriveDeadLetters(ctx, pool, tables, sel, opts)
@@ -181,8 +194,8 @@ func outcomeSummary(outcomes map[string]int) string {
 		return ""
 	}
 	var parts []string
-	for _, o := range []string{"applied", "ignored_state", "guard_failed", "unmatched", "unhandled"} {
-		if n := outcomes[o]; n > 0 {
+	for _, o := range receipt.Outcomes {
+		if n := outcomes[string(o)]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", o, n))
 		}
 	}

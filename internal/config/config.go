@@ -83,6 +83,14 @@ type Endpoint struct {
 // Key is "namespace/name", the value of the `endpoint` column of every table.
 func (e *Endpoint) Key() string { return e.Namespace + "/" + e.Name }
 
+// ParkFor is spec.stateMachine.parkFor (DefaultParkFor when absent); 0 turns parking off.
+func (e *Endpoint) ParkFor() time.Duration {
+	if d := e.Spec.StateMachine.ParkFor; d != nil {
+		return d.Duration
+	}
+	return DefaultParkFor
+}
+
 // ReadManifest reads a WebhookEndpoint from manifestFile (YAML or JSON), or from the
 // EnvEndpoint variable when manifestFile is empty, and applies the defaults. Unknown
 // fields are errors, so a typo in a hand-written manifest is not silently ignored. An
@@ -306,6 +314,9 @@ func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
 	p := spec.Provider
 	if !knownProviders[p.Type] {
 		errs = append(errs, expr.Errorf("spec.provider.type", "unknown provider %q", p.Type))
+	}
+	if d := spec.StateMachine.ParkFor; d != nil && (d.Duration < 0 || d.Duration > 8760*time.Hour) {
+		errs = append(errs, expr.Errorf("spec.stateMachine.parkFor", "must be between 0s and 8760h (one year), got %s", d.Duration))
 	}
 	if p.Tolerance != nil && p.Tolerance.Duration <= 0 {
 		errs = append(errs, expr.Errorf("spec.provider.tolerance", "must be positive, got %s", p.Tolerance.Duration))

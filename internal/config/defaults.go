@@ -28,6 +28,7 @@ const (
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultDatabasePort   = 5432
 	DefaultSignedContent  = "{body}"
+	DefaultParkFor        = 72 * time.Hour
 )
 
 // ApplyDefaults fills every empty field that has a CRD default. Booleans whose CRD
@@ -46,6 +47,8 @@ func ApplyDefaults(spec *v1alpha1.WebhookEndpointSpec) {
 	if r := p.Refetch; r != nil {
 		durationDefault(&r.Timeout, DefaultRefetchTimeout)
 	}
+
+	durationDefault(&spec.StateMachine.ParkFor, DefaultParkFor)
 
 	stringDefault(&spec.Database.Schema, DefaultSchema)
 	if spec.Database.MaxConnections == 0 {

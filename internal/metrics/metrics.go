@@ -10,11 +10,12 @@ import (
 
 // Label names.
 const (
-	LabelEndpoint = "endpoint"
-	LabelCode     = "code"
-	LabelOutcome  = "outcome"
-	LabelReason   = "reason"
-	LabelResult   = "result"
+	LabelEndpoint   = "endpoint"
+	LabelCode       = "code"
+	LabelOutcome    = "outcome"
+	LabelReason     = "reason"
+	LabelResult     = "result"
+	LabelTransition = "transition"
 )
 
 // Receiver metrics.
@@ -45,12 +46,59 @@ var (
 		Help: "Requests rejected before anything was stored, by signature failure reason.",
 	}, []string{LabelEndpoint, LabelReason})
 
-	// Transitions counts recorded events by outcome (applied, ignored_state,
-	// guard_failed, unmatched, unhandled).
+	// Transitions counts decisions by outcome (applied, parked, ignored_state,
+	// guard_failed, guard_error, unmatched, unhandled): one per recorded event, and one
+	// more each time a parked event is released (applied or closed).
 	Transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookkeeper_transitions_total",
 		Help: "Recorded events by state-machine outcome.",
 	}, []string{LabelEndpoint, LabelOutcome})
+
+	// GuardErrors counts guards that failed to evaluate, by transition: the event was
+	// recorded as guard_error and nothing applied.
+	GuardErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookkeeper_guard_errors_total",
+		Help: "Events recorded as guard_error (a guard failed to evaluate), by transition.",
+	}, []string{LabelEndpoint, LabelTransition})
+
+	// ParkedEvents is how many events wait for their entity (outcome parked).
+	ParkedEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookkeeper_parked_events",
+		Help: "Events parked until their entity reaches a state they apply from.",
+	}, []string{LabelEndpoint})
+
+	// ParkedOldestAge is the age of the oldest parked event.
+	ParkedOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookkeeper_parked_oldest_age_seconds",
+		Help: "Age of the oldest parked event, 0 when none.",
+	}, []string{LabelEndpoint})
+
+	// ParkedExpired counts parked events that waited longer than stateMachine.parkFor.
+	ParkedExpired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookkeeper_parked_expired_total",
+		Help: "Parked events recorded as expired after stateMachine.parkFor.",
+	}, []string{LabelEndpoint})
+
+	// InFlight is the webhook requests a receiver is handling now (spec.receiver.maxInFlight
+	// caps it).
+	InFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookkeeper_webhook_in_flight_requests",
+		Help: "Webhook requests being handled by this receiver now.",
+	}, []string{LabelEndpoint})
+
+	// Overloaded counts requests refused with 503 because maxInFlight requests were
+	// already being handled.
+	Overloaded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookkeeper_webhook_overloaded_total",
+		Help: "Webhook requests refused with 503 and Retry-After because spec.receiver.maxInFlight requests were in flight.",
+	}, []string{LabelEndpoint})
+
+	// RejectionLogsSuppressed counts rejection log lines left out by the rate limit
+	// (the requests themselves are counted in full by the other metrics).
+	RejectionLogsSuppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookkeeper_webhook_rejection_logs_suppressed_total",
+		Help: "Rejection log lines left out by the per-reason rate limit.",
+	}, []string{LabelEndpoint, LabelReason})
 
 	// GroupSize is how many deliveries shared each receipt transaction (group commit).
 	GroupSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -103,6 +151,8 @@ var (
 
 // Register adds every metric to reg. Call it once per registry.
 func Register(reg prometheus.Registerer) {
+	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired)
 	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
+		InFlight, Overloaded, RejectionLogsSuppressed,
 		OutboxBacklog, OutboxOldestAge, OutboxDead, Deliveries, DeliveryAttempts, CommitToDelivery)
 }

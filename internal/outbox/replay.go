@@ -15,9 +15,12 @@ import (
 // is reported).
 const DefaultReplayBatch = 500
 
-// ReplayableOutcomes are the receipt outcomes that may apply on a later try: the entity
-// did not exist yet (unmatched) or a guard such as the amount check failed.
-var ReplayableOutcomes = []string{"unmatched", "guard_failed"}
+// DefaultReplayOutcomes are the receipt outcomes a receipt replay selects when
+// Selection.Outcomes is empty: the entity did not exist yet (unmatched), a guard such as
+// the amount check was false (guard_failed) or failed to evaluate (guard_error). Parked
+// and expired receipts are replayed when asked for (receipt.Replayable lists every
+// outcome a replay may re-run).
+var DefaultReplayOutcomes = []string{"unmatched", "guard_failed", "guard_error"}
 
 // Selection narrows a replay to one endpoint's rows, a time range and/or ids.
 type Selection struct {
@@ -28,6 +31,9 @@ type Selection struct {
 	Since, Until time.Time
 	// IDs, when not empty, limits the replay to these row ids.
 	IDs []int64
+	// Outcomes are the receipt outcomes to select (receipt replay only);
+	// DefaultReplayOutcomes when empty.
+	Outcomes []string
 }
 
 // ReplayOptions shape a replay run.
@@ -165,8 +171,8 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESC
 // no-op for a receipt that was already applied (receipt.Recorder.Reprocess).
 type Reprocess func(ctx context.Context, receiptID int64) error
 
-// ReplayReceipts re-runs the selected receipts whose outcome is unmatched or
-// guard_failed through reprocess, for example once the order they name exists. The
+// ReplayReceipts re-runs the selected receipts (by default those whose outcome is
+// unmatched, guard_failed or guard_error) through reprocess, for example once the order they name exists. The
 // report counts the outcomes afterwards; receipts that now apply are no longer selected,
 // so a second run touches only those that still do not.
 func ReplayReceipts(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, reprocess Reprocess, opts ReplayOptions) (ReplayReport, error) {
@@ -180,7 +186,11 @@ func ReplayReceipts(ctx context.Context, pool *pgxpool.Pool, tables store.Tables
 	  AND ($2::timestamptz IS NULL OR received_at >= $2)
 	  AND ($3::timestamptz IS NULL OR received_at < $3)
 	  AND (cardinality($4::bigint[]) = 0 OR id = ANY($4))`
-	args := append(append([]any{sel.Endpoint}, selectionArgs(sel)...), ReplayableOutcomes)
+	outcomes := sel.Outcomes
+	if len(outcomes) == 0 {
+		outcomes = DefaultReplayOutcomes
+	}
+	args := append(append([]any{sel.Endpoint}, selectionArgs(sel)...), outcomes)
 
 	report := ReplayReport{Outcomes: map[string]int{}}
 	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE %s`, tables.Events, where), args...).
@@ -190,7 +200,7 @@ func ReplayReceipts(ctx context.Context, pool *pgxpool.Pool, tables store.Tables
 	list := fmt.Sprintf(`
 SELECT id, event_id, entity_key, event_type, received_at, outcome
 FROM %s WHERE %s AND id > $6 ORDER BY id LIMIT $7`, tables.Events, where)
-	outcomes := fmt.Sprintf(`SELECT outcome, count(*) FROM %s WHERE id = ANY($1) GROUP BY outcome`, tables.Events)
+	outcomeCounts := fmt.Sprintf(`SELECT outcome, count(*) FROM %s WHERE id = ANY($1) GROUP BY outcome`, tables.Events)
 
 	done := 0
 	last := int64(0)
@@ -224,7 +234,7 @@ FROM %s WHERE %s AND id > $6 ORDER BY id LIMIT $7`, tables.Events, where)
 			if err := Notify(ctx, pool, sel.Endpoint); err != nil {
 				return report, err
 			}
-			rows, err := pool.Query(ctx, outcomes, ids)
+			rows, err := pool.Query(ctx, outcomeCounts, ids)
 			if err != nil {
 				return report, fmt.Errorf("read outcomes of replayed receipts: %w", err)
 			}

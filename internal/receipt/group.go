@@ -196,7 +196,7 @@ func (g *grouper) run(group []*groupMember, lockHeld func()) {
 			continue
 		}
 		go func() {
-			res, err := g.r.recordWithRetries(m.ctx, []Event{m.ev}, []any{m.live})
+			res, err := g.r.recordInOneTx(m.ctx, []Event{m.ev}, []any{m.live})
 			rep := groupReply{err: err}
 			if err == nil {
 				rep.res = res[0]
@@ -253,22 +253,11 @@ func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
 // member that contends, not the deliveries queued behind the group.
 const groupLockTimeout = "50ms"
 
-var groupLockTimeoutStep = execStep("SET LOCAL lock_timeout = '" + groupLockTimeout + "'")
+var groupLockTimeoutStep = execStep("SET LOCAL lock_timeout = '"+groupLockTimeout+"'", nil)
 
 // recordGroup runs the group's transaction: two round trips for the whole group. The
 // replies are in group order; an error means nothing was committed.
-func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHeld func()) (replies []groupReply, err error) {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("acquire database connection: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			rollback(conn)
-		}
-		conn.Release()
-	}()
-
+func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHeld func()) ([]groupReply, error) {
 	// Lock in entity-key order, so concurrent groups never wait on each other in a cycle.
 	order := make([]int, len(group))
 	for i := range order {
@@ -276,45 +265,57 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(group[a].ev.EntityKey, group[b].ev.EntityKey) })
 
-	ents := make([]locked, len(group))
-	steps := []step{beginStep, groupLockTimeoutStep}
-	for _, i := range order {
-		ev := &group[i].ev
-		if !r.needsLock(ev) {
-			continue
+	var replies []groupReply
+	var plans []*entityPlan
+	err := r.inTx(ctx, func(tx *pipelinedTx) error {
+		replies = make([]groupReply, len(group))
+		plans = make([]*entityPlan, len(group))
+		views := make([]entityView, len(group))
+		tx.queue(groupLockTimeoutStep)
+		locks := 0
+		for _, i := range order {
+			plans[i] = &entityPlan{primary: &candidate{ev: group[i].ev, live: group[i].live}}
+			if r.needsLock(&group[i].ev) {
+				tx.queue(r.lockSteps(&group[i].ev, &views[i])...)
+				locks++
+			}
 		}
-		steps = append(steps, r.lockStep(ev, &ents[i]))
-	}
-	if len(steps) > 2 {
-		if err := pipeline(ctx, conn, steps); err != nil {
-			return nil, fmt.Errorf("lock entities of %d events: %w", len(group), err)
-		}
-		steps = steps[:0]
-	} // else nothing to lock: BEGIN rides with the inserts, one round trip in all.
-	lockHeld()
+		if locks > 0 {
+			if err := tx.send(ctx); err != nil {
+				return fmt.Errorf("lock entities of %d events: %w", len(group), err)
+			}
+		} // else nothing to lock: BEGIN rides with the inserts, one round trip in all.
+		lockHeld()
 
-	replies = make([]groupReply, len(group))
-	results := make([]Result, len(group))
-	for _, i := range order {
-		ev := &group[i].ev
-		v := r.unlockedVerdict(ev)
-		if r.needsLock(ev) {
-			var retry bool
-			if v, retry = r.judge(ev, group[i].live, ents[i], true); retry {
+		for _, i := range order {
+			ev := &group[i].ev
+			if !r.needsLock(ev) {
+				tx.queue(r.writeStep(plans[i].primary, r.unlockedVerdict(ev), false))
+				continue
+			}
+			steps, err := r.planEntity(ctx, plans[i], &views[i], true)
+			if errors.Is(err, ErrRetryLater) {
+				// Turned away before writing anything: left out of the commit.
 				replies[i].err = ErrRetryLater
 				continue
 			}
+			if err != nil {
+				return err
+			}
+			tx.queue(steps...)
 		}
-		steps = append(steps, r.recordStep(ev, v, ents[i], &results[i]))
-	}
-	if err := pipeline(ctx, conn, append(steps, commitStep)); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("record %d events: %w", len(group), err)
 	}
-	r.afterCommit(results)
+	results := make([]Result, 0, len(group))
 	for i := range replies {
 		if replies[i].err == nil {
-			replies[i].res = results[i]
+			replies[i].res = plans[i].result()
+			results = append(results, replies[i].res)
 		}
 	}
+	r.afterCommit(results)
 	return replies, nil
 }

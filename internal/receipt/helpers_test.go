@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testsupport.Main(m) }
 
 const schema = "hk"
 
-// machine is the seed's order machine plus a dispute transition for stale checks.
+// machine is the Stripe sample's order machine plus a dispute transition for stale checks.
 func machine() v1alpha1.StateMachineSpec {
 	return v1alpha1.StateMachineSpec{
 		Initial: "payment_pending",
@@ -69,12 +69,7 @@ func newFixture(t *testing.T, we *v1alpha1.WebhookEndpoint, setupSQL ...string) 
 	t.Cleanup(cancel)
 	url := testsupport.MigratedDatabase(t, schema)
 	f := &fixture{t: t, url: url, ctx: ctx}
-	env := map[string]string{config.EnvDatabaseURL: url, config.EnvSigningSecretPrefix + "0": "whsec_test"}
-	ep, err := config.Compile(we, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatalf("compile endpoint: %v", err)
-	}
-	f.ep = ep
+	f.ep = f.compile(we)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +93,19 @@ func newFixture(t *testing.T, we *v1alpha1.WebhookEndpoint, setupSQL ...string) 
 	for _, s := range setupSQL {
 		f.exec(s)
 	}
-	f.rec = NewRecorder(pool, ep)
+	f.rec = NewRecorder(pool, f.ep)
 	return f
+}
+
+// compile compiles we as the receiver would, against the fixture's database.
+func (f *fixture) compile(we *v1alpha1.WebhookEndpoint) *config.Endpoint {
+	f.t.Helper()
+	env := map[string]string{config.EnvDatabaseURL: f.url, config.EnvSigningSecretPrefix + "0": "whsec_test"}
+	ep, err := config.Compile(we, func(k string) string { return env[k] })
+	if err != nil {
+		f.t.Fatalf("compile endpoint: %v", err)
+	}
+	return ep
 }
 
 type countingConn struct {

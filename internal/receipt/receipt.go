@@ -1,48 +1,57 @@
 // Package receipt records authentic webhook events exactly once and applies their state
-// transitions atomically: the seed's "atomic event receipt" pattern (DESIGN.md sections
-// 4 and 5).
+// transitions atomically: the "atomic event receipt" of docs/architecture.md.
 //
 // One transaction per request (READ COMMITTED); concurrent single-event requests share
 // one (group commit, group.go), each member still decided against its own entity:
 //
-//	lock the entity row (SELECT ... FOR UPDATE)        (pipelined with BEGIN)
-//	decide with the state machine (Go: state, stale check, CEL guard)
-//	INSERT the receipt with its final outcome ON CONFLICT (endpoint, event_id) DO
-//	    NOTHING; only if a row was inserted: UPDATE the entity, guarded by the state it
-//	    was locked in, and INSERT the outbox row    (one statement)
-//	COMMIT                                            (pipelined with it)
+//	[BEGIN + lock the entity row (FOR UPDATE) + read its context]       round trip 1
+//	decide in Go (decide.go): the state machine for the delivered event, then the
+//	    parked events it releases, in provider order
+//	[INSERT the receipt with its final outcome ON CONFLICT (endpoint, event_id) DO
+//	    NOTHING, moving the entity (guarded by the state it was locked in) and writing
+//	    the outbox row in the same statement; one statement per released parked event;
+//	    COMMIT]                                                          round trip 2
 //
-// The unique index arbitrates duplicates, never a prior SELECT: a concurrent copy of an
-// event blocks on the entity lock, decides against the state the first copy left, and
-// its receipt INSERT conflicts, so the statement changes nothing (Result.Duplicate).
-// When there is no entity to lock, the copy's INSERT waits for the first transaction on
-// the unique index instead. The receipt is written once, with its outcome: no UPDATE of
-// a fresh receipt, so each index of webhook_events is written once per event.
+// The entity's context is read by its own statement after the lock is granted, so it
+// sees every transaction that held the lock before: whether the event is recorded
+// already (a duplicate then writes nothing and is answered at once) and the entity's
+// parked events. The unique index stays the arbiter of duplicates: a copy that the
+// context could not see (there is no entity to lock) conflicts on it and changes
+// nothing (Result.Duplicate). The receipt is written once, with its outcome.
+//
+// # Parking
+//
+// Providers do not deliver in order. An event whose type has a transition, none of
+// which starts from the entity's current state, but one of which starts from a state
+// the entity can still reach, is recorded as `parked`. Every transaction that locks the
+// entity re-evaluates its parked events after deciding the delivered one, so the
+// transaction that moves the entity to the state a parked event needs applies it, with
+// its own outbox row and dedupe key, exactly as if it had arrived in order. A parked
+// event that has become stale, or can no longer apply, is closed as ignored_state. A
+// parked event older than spec.stateMachine.parkFor is closed as `expired` (park.go).
 //
 // # Round trips
 //
 // Statements are pipelined with pgx batches, so an event costs:
 //
-//   - 2 round trips when the state machine handles its type (applied, ignored_state,
-//     guard_failed, unmatched, and duplicates of these): [BEGIN + lock], then
-//     [receipt-and-effects + COMMIT];
+//   - 2 round trips when the state machine handles its type: [BEGIN + lock + context],
+//     then [receipt-and-effects + COMMIT];
 //   - 1 round trip when no transition handles its type (unhandled) or it has no entity
 //     key: [BEGIN + insert with the final outcome + COMMIT].
 //
-// A group of n concurrent deliveries costs 2 round trips in all: every lock rides with
-// BEGIN, every receipt statement with COMMIT.
-// An Adyen batch of n items costs at most n+1 round trips in one transaction: each
-// item's receipt statement rides in the same batch as the next item's lock.
-// (The first execution of each statement on a connection adds one round trip to prepare
-// it; pgx caches the prepared statements per connection.)
+// A group of n concurrent deliveries costs 2 round trips in all. An Adyen batch of n
+// items costs at most n+1 round trips in one transaction: each item's receipt statement
+// rides in the same batch as the next item's lock. (The first execution of each
+// statement on a connection adds one round trip to prepare it; pgx caches the prepared
+// statements per connection.)
 //
 // # Entities
 //
 // Managed mode (no spec.entity.table) keeps entities in hookkeeper's `entities` table,
 // including amount and last_event_at. App-table mode locks the app's row
-// (`SELECT ... FOR UPDATE OF t`, identifiers quoted, tenant bound) and updates it with
-// the seed's guarded update (`SET state = $to WHERE key = $k AND tenant = $t AND
-// state = $current`); its last_event_at (for stale detection) lives in hookkeeper's
+// (`SELECT ... FOR UPDATE`, identifiers quoted, tenant bound) and updates it with
+// the pattern's guarded update (`SET state = @to WHERE key = @key AND tenant = @tenant AND
+// state = @from`); its last_event_at (for stale detection) lives in hookkeeper's
 // `entity_clocks` table, written under the app row's lock. The state column is read as
 // text and compared with the parameter typed as the column, so text and enum columns
 // work; the amount column is read as bigint (minor units).
@@ -51,10 +60,8 @@
 // Retry rolls back and returns ErrRetryLater (the receiver answers 503); Create (managed
 // only) inserts the entity in stateMachine.initial, with the event's amount as its
 // amount, when the lock finds none, and then evaluates the event; should the receipt
-// turn out to be a duplicate, the same statement deletes that entity again. Retry
-// answers before any receipt is written, so a copy of an already recorded event whose
-// entity has since been deleted is also told to retry. An event without an entity key is always
-// recorded as unmatched: there is nothing to retry for or to create.
+// turn out to be a duplicate, the entity is deleted again. An event without an entity
+// key is always recorded as unmatched: there is nothing to retry for or to create.
 //
 // # Outbox
 //
@@ -67,7 +74,7 @@
 //	{"transition", "from", "to", "source": {"id", "type", "receivedAt"},
 //	 "event": <the provider event's raw JSON>}
 //
-// built in SQL from the inserted receipt, so the raw body crosses the network once.
+// built in SQL from the receipt row, so the raw body crosses the network once.
 // The transaction sends no NOTIFY (a commit-time NOTIFY serialises all commits on
 // PostgreSQL's notify-queue lock): WithOutboxWritten runs after the commit, and the
 // receiver uses it to wake its dispatcher and send the cross-replica NOTIFY.
@@ -77,19 +84,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/event"
-	"github.com/hookkeeper/hookkeeper/internal/statemachine"
 )
 
 // Event is the event package's Event; it lives there so config can produce events
@@ -104,17 +106,24 @@ const (
 	OutcomeApplied      Outcome = "applied"
 	OutcomeIgnoredState Outcome = "ignored_state"
 	OutcomeGuardFailed  Outcome = "guard_failed"
+	OutcomeGuardError   Outcome = "guard_error"
+	OutcomeParked       Outcome = "parked"
+	OutcomeExpired      Outcome = "expired"
 	OutcomeUnmatched    Outcome = "unmatched"
 	OutcomeUnhandled    Outcome = "unhandled"
 )
+
+// Outcomes lists every outcome, in the order reports print them.
+var Outcomes = []Outcome{OutcomeApplied, OutcomeParked, OutcomeIgnoredState, OutcomeGuardFailed,
+	OutcomeGuardError, OutcomeExpired, OutcomeUnmatched, OutcomeUnhandled}
 
 // Details stored for outcomes decided outside the state machine.
 const (
 	DetailNoEntity   = "no entity with this key"
 	DetailNoKey      = "the event has no entity key"
 	DetailCreated    = "entity created in the initial state"
-	detailRaced      = "the entity's state changed during the transaction"
 	detailNotHandled = "no transition handles this event type"
+	detailParkingOff = "parking is off (stateMachine.parkFor is 0s)"
 )
 
 // Result is what happened to one event.
@@ -131,6 +140,12 @@ type Result struct {
 	OutboxKey string
 	// ReceiptID is the webhook_events id (0 for a duplicate).
 	ReceiptID int64
+	// EventID is the provider's event id (set for Released results).
+	EventID string
+	// Released are the parked events this transaction applied or closed, in the order
+	// it decided them. Transition is also set for guard_error: the transition whose
+	// guard failed to evaluate.
+	Released []Result
 }
 
 // ErrRetryLater is returned when onUnmatched is Retry and the entity does not exist yet:
@@ -175,6 +190,11 @@ func WithDeadlockRetries(n int) Option { return func(r *Recorder) { r.deadlockRe
 // runs on the request's goroutine, so it must not block.
 func WithOutboxWritten(f func()) Option { return func(r *Recorder) { r.outboxWritten = f } }
 
+// WithParkFor sets how long an event may stay parked (spec.stateMachine.parkFor, which
+// NewRecorder reads); 0 turns parking off: events that cannot apply yet are recorded as
+// ignored_state, and ExpireParked expires every parked event.
+func WithParkFor(d time.Duration) Option { return func(r *Recorder) { r.parkFor = d } }
+
 // Recorder runs the receipt transaction for one endpoint. It is safe for concurrent use.
 type Recorder struct {
 	pool            *pgxpool.Pool
@@ -186,13 +206,15 @@ type Recorder struct {
 	deadlockRetries int
 	outboxWritten   func()
 	group           *grouper
+	parkFor         time.Duration
 }
 
 // NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
 // migrated (store.Migrate).
 func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recorder {
 	s, m := buildStatements(ep)
-	r := &Recorder{pool: pool, ep: ep, key: ep.Key(), sql: s, mode: m, deadlockRetries: 3}
+	r := &Recorder{pool: pool, ep: ep, key: ep.Key(), sql: s, mode: m, deadlockRetries: 3,
+		parkFor: ep.ParkFor()}
 	r.group = newGrouper(r, DefaultGroupCommit)
 	for _, o := range opts {
 		o(r)
@@ -252,118 +274,43 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 		}
 		return []Result{res}, nil
 	}
-	return r.recordWithRetries(ctx, evs, lives)
+	return r.recordInOneTx(ctx, evs, lives)
 }
 
-// recordWithRetries runs evs in one transaction, again when PostgreSQL chose it as a
-// deadlock victim.
-func (r *Recorder) recordWithRetries(ctx context.Context, evs []Event, lives []any) ([]Result, error) {
-	for attempt := 0; ; attempt++ {
-		res, err := r.recordOnce(ctx, evs, lives)
-		if err != nil && isDeadlock(err) && attempt < r.deadlockRetries && ctx.Err() == nil {
-			continue
-		}
-		return res, err
-	}
-}
-
-func isDeadlock(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-// step is one queued statement and how to read its result.
-type step struct {
-	sql  string
-	args []any
-	read func(pgx.BatchResults) error
-}
-
-// pipeline sends the queued steps in one round trip and reads their results in order.
-func pipeline(ctx context.Context, conn *pgxpool.Conn, steps []step) error {
-	b := &pgx.Batch{}
-	for _, s := range steps {
-		b.Queue(s.sql, s.args...)
-	}
-	br := conn.SendBatch(ctx, b)
-	var err error
-	for _, s := range steps {
-		if err = s.read(br); err != nil {
-			break
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func execStep(sql string, args ...any) step {
-	return step{sql: sql, args: args, read: func(br pgx.BatchResults) error {
-		_, err := br.Exec()
-		return err
-	}}
-}
-
-var (
-	beginStep  = execStep("BEGIN ISOLATION LEVEL READ COMMITTED")
-	commitStep = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
-		tag, err := br.Exec()
-		if err != nil {
-			return err
-		}
-		// COMMIT of an aborted transaction answers ROLLBACK without an error.
-		if tag.String() != "COMMIT" {
-			return fmt.Errorf("commit answered %q", tag.String())
+// recordInOneTx records evs in one transaction (retried when PostgreSQL chose it as a
+// deadlock victim). Each event's lock rides with the previous event's writes.
+func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) ([]Result, error) {
+	plans := make([]*entityPlan, len(evs))
+	err := r.inTxWithRetries(ctx, func(tx *pipelinedTx) error {
+		for i := range evs {
+			ev := &evs[i]
+			plans[i] = &entityPlan{primary: &candidate{ev: *ev, live: lives[i]}}
+			if !r.needsLock(ev) {
+				tx.queue(r.writeStep(plans[i].primary, r.unlockedVerdict(ev), false))
+				continue
+			}
+			var view entityView
+			tx.queue(r.lockSteps(ev, &view)...)
+			if err := tx.send(ctx); err != nil {
+				return err
+			}
+			steps, err := r.planEntity(ctx, plans[i], &view, true)
+			if err != nil {
+				return err
+			}
+			tx.queue(steps...)
 		}
 		return nil
-	}}
-)
-
-// locked is the entity as the lock statement returned it.
-type locked struct {
-	found   bool
-	state   *string
-	amount  *int64
-	lastAt  *time.Time
-	created bool
-}
-
-func (r *Recorder) recordOnce(ctx context.Context, evs []Event, lives []any) (results []Result, err error) {
-	conn, err := r.pool.Acquire(ctx)
+	})
+	if errors.Is(err, ErrRetryLater) {
+		return nil, ErrRetryLater
+	}
 	if err != nil {
-		return nil, fmt.Errorf("acquire database connection: %w", err)
+		return nil, fmt.Errorf("record %d events: %w", len(evs), err)
 	}
-	defer func() {
-		if err != nil {
-			rollback(conn)
-		}
-		conn.Release()
-	}()
-
-	results = make([]Result, len(evs))
-	pending := []step{beginStep}
-	for i := range evs {
-		ev := &evs[i]
-		res := &results[i]
-		if !r.needsLock(ev) {
-			pending = append(pending, r.recordStep(ev, r.unlockedVerdict(ev), locked{}, res))
-			continue
-		}
-
-		var ent locked
-		if err := pipeline(ctx, conn, append(pending, r.lockStep(ev, &ent))); err != nil {
-			return nil, err
-		}
-		pending = nil
-		v, retry := r.judge(ev, lives[i], ent, true)
-		if retry {
-			return nil, ErrRetryLater
-		}
-		pending = append(pending, r.recordStep(ev, v, ent, res))
-	}
-	if err := pipeline(ctx, conn, append(pending, commitStep)); err != nil {
-		return nil, fmt.Errorf("record events: %w", err)
+	results := make([]Result, len(evs))
+	for i, p := range plans {
+		results[i] = p.result()
 	}
 	r.afterCommit(results)
 	return results, nil
@@ -379,18 +326,13 @@ func (r *Recorder) afterCommit(results []Result) {
 			r.outboxWritten()
 			return
 		}
-	}
-}
-
-// lockStep locks ev's entity and reads it into dst when it runs.
-func (r *Recorder) lockStep(ev *Event, dst *locked) step {
-	return step{sql: r.sql.lock, args: append([]any{r.key, ev.EntityKey}, r.lockArgs(ev)...), read: func(br pgx.BatchResults) error {
-		var err error
-		if *dst, err = scanLock(br); err != nil {
-			return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
+		for _, rel := range res.Released {
+			if rel.OutboxKey != "" {
+				r.outboxWritten()
+				return
+			}
 		}
-		return nil
-	}}
+	}
 }
 
 // needsLock says whether ev's outcome depends on an entity: a transition handles its
@@ -405,249 +347,4 @@ func (r *Recorder) unlockedVerdict(ev *Event) verdict {
 		return verdict{outcome: OutcomeUnmatched, detail: DetailNoKey}
 	}
 	return verdict{outcome: OutcomeUnhandled, detail: detailNotHandled}
-}
-
-// verdict is what the state machine decided for one locked event.
-type verdict struct {
-	outcome Outcome
-	detail  string
-	// t, from and outboxKey are set when outcome is applied.
-	t         *statemachine.Transition
-	from      string
-	outboxKey string
-}
-
-// judge evaluates one event against its locked entity. retry is set when there is no
-// entity, onUnmatched is Retry and the caller can retry (a delivery, not a replay).
-func (r *Recorder) judge(ev *Event, live any, ent locked, canRetry bool) (verdict, bool) {
-	if !ent.found {
-		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
-			return verdict{}, true
-		}
-		return verdict{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false
-	}
-	state := ""
-	if ent.state != nil {
-		state = *ent.state
-	}
-	live, liveDetail, rejected := unwrapLive(live)
-	d := r.ep.Machine.Decide(statemachine.Input{
-		Event:  *ev,
-		Entity: statemachine.Entity{Key: ev.EntityKey, State: state, Amount: ent.amount, LastEventAt: ent.lastAt},
-		Live:   live,
-	})
-	// The fetch speaks for the transitions that re-fetch: their guard failing or holding.
-	if d.Verdict == statemachine.GuardFailed || (d.Verdict == statemachine.Apply && d.Transition.Refetch) {
-		if rejected != nil {
-			d = statemachine.Decision{Verdict: statemachine.GuardFailed, Detail: rejected.Detail}
-		} else {
-			d.Detail = joinDetail(d.Detail, liveDetail)
-		}
-	}
-	detail := d.Detail
-	if ent.created {
-		detail = joinDetail(DetailCreated, detail)
-	}
-	if d.Verdict != statemachine.Apply {
-		return verdict{outcome: Outcome(d.Verdict), detail: detail}, false
-	}
-	v := verdict{outcome: OutcomeApplied, detail: detail, t: d.Transition, from: state}
-	if d.Transition.Emit != "" {
-		v.outboxKey = DedupeKey(r.key, ev.ID, d.Transition.Emit)
-	}
-	return v, false
-}
-
-// recordStep is the one statement that inserts the receipt with its final outcome and,
-// only when the receipt row was inserted (not a duplicate), applies the transition and
-// writes the outbox row. It fills res when it runs.
-func (r *Recorder) recordStep(ev *Event, v verdict, ent locked, res *Result) step {
-	args := r.receiptArgs(ev)
-	if v.outcome != OutcomeApplied {
-		args = append(args, string(v.outcome), v.detail)
-		sql := r.sql.insertFinal
-		if ent.created {
-			// A duplicate must leave no trace, not even the entity its lock created.
-			sql = r.sql.insertFinalCreated
-			args = append(args, true)
-		}
-		return step{sql: sql, args: args, read: func(br pgx.BatchResults) error {
-			id, dup, err := scanID(br.QueryRow())
-			if err != nil {
-				return fmt.Errorf("insert receipt of event %s: %w", ev.ID, err)
-			}
-			*res = Result{Duplicate: dup, ReceiptID: id}
-			if !dup {
-				res.Outcome, res.Detail = v.outcome, v.detail
-			}
-			return nil
-		}}
-	}
-	t := v.t
-	args = append(args, v.detail, t.Name, v.from, t.To, v.outboxKey, t.Emit)
-	switch r.mode {
-	case appTable:
-		args = append(args, ev.EntityKey, v.from, t.To)
-		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
-			args = append(args, tn.Value)
-		}
-	case managedCreate:
-		args = append(args, ent.created)
-	}
-	return step{sql: r.sql.insertApply, args: args, read: func(br pgx.BatchResults) error {
-		var id int64
-		var wroteOutbox bool
-		if err := br.QueryRow().Scan(&id, &wroteOutbox, nil); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				*res = Result{Duplicate: true}
-				return nil
-			}
-			return fmt.Errorf("apply transition %s to event %s: %w", t.Name, ev.ID, err)
-		}
-		*res = Result{ReceiptID: id, Outcome: OutcomeApplied, Detail: v.detail,
-			Transition: t.Name, FromState: v.from, ToState: t.To}
-		if wroteOutbox {
-			res.OutboxKey = v.outboxKey
-		}
-		return nil
-	}}
-}
-
-// reprocessStep records the verdict on an existing receipt (Reprocess): it updates the
-// receipt's outcome and, for an applied verdict, moves the entity and writes the outbox
-// row, in one statement. It fills res when it runs.
-func (r *Recorder) reprocessStep(ev *Event, v verdict, receiptID int64, res *Result) step {
-	*res = Result{ReceiptID: receiptID}
-	if v.outcome != OutcomeApplied {
-		res.Outcome, res.Detail = v.outcome, v.detail
-		return execStep(r.sql.outcome, receiptID, string(v.outcome), v.detail)
-	}
-	t := v.t
-	args := []any{r.key, ev.EntityKey, v.from, t.To, ev.OccurredAt, receiptID, v.outboxKey, t.Emit, v.detail, t.Name}
-	if r.mode == appTable {
-		args = append(args, ev.EntityKey, v.from, t.To)
-		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
-			args = append(args, tn.Value)
-		}
-	}
-	return step{sql: r.sql.apply, args: args, read: func(br pgx.BatchResults) error {
-		var outcome string
-		var wroteOutbox bool
-		if err := br.QueryRow().Scan(&outcome, &wroteOutbox); err != nil {
-			return fmt.Errorf("apply transition %s to event %s: %w", t.Name, ev.ID, err)
-		}
-		if outcome != string(OutcomeApplied) {
-			// The guarded update matched no row: impossible while the lock is held, but
-			// recorded rather than assumed.
-			res.Outcome, res.Detail = Outcome(outcome), detailRaced
-			return nil
-		}
-		res.Outcome, res.Detail = OutcomeApplied, v.detail
-		res.Transition, res.FromState, res.ToState = t.Name, v.from, t.To
-		if wroteOutbox {
-			res.OutboxKey = v.outboxKey
-		}
-		return nil
-	}}
-}
-
-// unwrapLive splits what a LiveFunc produced into the guard's value, the detail of the
-// fetch, and the provider's rejection of the event.
-func unwrapLive(live any) (value any, detail string, rejected *LiveRejected) {
-	switch v := live.(type) {
-	case LiveValue:
-		return v.Value, v.Detail, nil
-	case *LiveRejected:
-		return nil, "", v
-	}
-	return live, "", nil
-}
-
-func joinDetail(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
-}
-
-// receiptArgs are $1..$8 of insertApply and insertFinal.
-func (r *Recorder) receiptArgs(ev *Event) []any {
-	headers := ev.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	return []any{r.key, ev.ID, ev.Type, ev.EntityKey, rawJSON(ev.Payload), headers, ev.OccurredAt, ev.Amount}
-}
-
-// lockArgs are the mode's parameters of the lock statement, from $3.
-func (r *Recorder) lockArgs(ev *Event) []any {
-	switch r.mode {
-	case managedCreate:
-		return []any{r.ep.Machine.Initial(), ev.Amount}
-	case appTable:
-		args := []any{ev.EntityKey}
-		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
-			args = append(args, tn.Value)
-		}
-		return args
-	}
-	return nil
-}
-
-// rawJSON passes the payload to a jsonb parameter unchanged; an empty payload is
-// stored as JSON null rather than failing the insert.
-func rawJSON(p json.RawMessage) any {
-	if len(p) == 0 {
-		return "null"
-	}
-	return string(p)
-}
-
-func scanID(row pgx.Row) (id int64, dup bool, err error) {
-	if err := row.Scan(&id); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, true, nil
-		}
-		return 0, false, err
-	}
-	return id, false, nil
-}
-
-// scanLock reads the lock statement's result: no row when the entity does not exist.
-func scanLock(br pgx.BatchResults) (ent locked, err error) {
-	rows, err := br.Query()
-	if err != nil {
-		return ent, err
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		n++
-		var found *bool
-		if err := rows.Scan(&found, &ent.state, &ent.amount, &ent.lastAt, &ent.created); err != nil {
-			return ent, err
-		}
-		ent.found = found != nil && *found
-	}
-	if err := rows.Err(); err != nil {
-		return ent, err
-	}
-	if n > 1 {
-		return ent, fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
-	}
-	return ent, nil
-}
-
-// rollback ends a failed transaction. When the connection cannot answer, the pool
-// destroys it on release (it is not idle), and PostgreSQL rolls back on disconnect.
-func rollback(conn *pgxpool.Conn) {
-	if conn.Conn().PgConn().TxStatus() == 'I' {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, _ = conn.Exec(ctx, "ROLLBACK")
 }

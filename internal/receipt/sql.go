@@ -2,52 +2,61 @@ package receipt
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // statements are the SQL texts of one endpoint, built once by NewRecorder. Identifiers
-// from the spec are quoted with pgx.Identifier; every value is a bind parameter.
+// from the spec are quoted with pgx.Identifier; every value is a named bind parameter
+// (pgx.NamedArgs), built by entityArgs, receiptArgs and moveArgs in decide.go. CTE names say what they hold:
+// `receipt` (the receipt row written), `moved` (the entity row the transition moved),
+// `clock` (the app-table entity's last applied event time), `effect` (the outbox row).
 type statements struct {
 	// lock locks the entity row (FOR UPDATE; managedCreate inserts it in
 	// stateMachine.initial first) and returns (found, state, amount, last_event_at,
-	// created), or no row when there is no entity. Params $1 endpoint, $2 entity key,
-	// then the mode's params from $3.
+	// created), or no row when there is no entity. App tables return a NULL
+	// last_event_at: their clock is read by entityContext.
 	lock string
-	// insertApply inserts the receipt as applied (ON CONFLICT (endpoint, event_id) DO
+	// lockExisting is lock without managedCreate's insert (expiry locks only entities
+	// that exist).
+	lockExisting string
+	// entityContext runs after lock, in its own snapshot, so it sees everything
+	// committed before the lock was granted: whether @event_id is recorded already
+	// (seen), the app-table clock, and the entity's parked events in provider order.
+	entityContext string
+	// insertApplied inserts a receipt as applied (ON CONFLICT (endpoint, event_id) DO
 	// NOTHING) and, only when the row was inserted, moves the entity (guarded by the
-	// state it was locked in), writes the stale clock and inserts the outbox row, in one
-	// statement. No row for a duplicate, else (receipt id, outbox row written).
-	// Params: $1 endpoint, $2 event id, $3 type, $4 entity key, $5 payload, $6 headers,
-	// $7 occurred_at, $8 amount, $9 detail, $10 transition name, $11 from state, $12 to
-	// state, $13 dedupe key, $14 emit type; then app-table params from $15 (key, from,
-	// to, tenant) or, for managedCreate, $15 whether the lock created the entity.
-	insertApply string
-	// insertFinal inserts a receipt with an outcome that has no effects (unhandled,
-	// unmatched, ignored_state, guard_failed). Params $1..$8 as insertApply, $9 outcome,
-	// $10 detail. Returns the id, or no row for a duplicate.
-	insertFinal string
-	// insertFinalCreated is insertFinal for managedCreate when the lock created the
-	// entity ($11 true): a duplicate deletes that entity again.
-	insertFinalCreated string
-	// apply (Reprocess) moves the entity (guarded by its current state), writes the
-	// stale clock, inserts the outbox row and sets the existing receipt's outcome, in one
-	// statement. Params: $1 endpoint, $2 entity key, $3 from state, $4 to state,
-	// $5 occurred_at, $6 receipt id, $7 dedupe key, $8 emit type, $9 detail,
-	// $10 transition name, then app-table params from $11 (key, from, to, tenant).
-	apply string
-	// outcome (Reprocess) sets a receipt's outcome without effects. Params $1 id,
-	// $2 outcome, $3 detail.
-	outcome string
-	// load reads a stored receipt for Reprocess, locking it.
-	load string
+	// state it was locked in), writes the clock and the outbox row. No row for a
+	// duplicate, else (receipt id, outbox row written).
+	insertApplied string
+	// insertOutcome inserts a receipt with an outcome that has no effects (parked,
+	// unhandled, unmatched, ignored_state, guard_failed, guard_error). Returns the id, or
+	// no row for a duplicate; for managedCreate a duplicate also deletes the entity its
+	// lock created (@created).
+	insertOutcome string
+	// undoCreate deletes the entity managedCreate's lock created for a duplicate.
+	undoCreate string
+	// applyStored applies a transition to a stored receipt (a parked event released, or
+	// a replay): sets its outcome to applied, guarded by the outcome it was read with
+	// (@was), moves the entity, writes the clock and the outbox row. Fails the
+	// transaction when the guarded update matches nothing, never commits half of it.
+	applyStored string
+	// setOutcome sets a stored receipt's outcome and detail.
+	setOutcome string
+	// load reads a stored receipt (Reprocess); loadLocked also locks it.
+	load, loadLocked string
+	// expirable lists entities with events parked for longer than @park_for_seconds;
+	// expire closes them as expired (under the entity's lock).
+	expirable, expire string
+	// parkedStats counts the endpoint's parked events and the oldest one's age.
+	parkedStats string
 }
 
-// mode is how the entity is found; it decides the extra lock parameters.
+// mode is how the entity is found; it decides the lock statement and its parameters.
 type mode int
 
 const (
@@ -56,155 +65,170 @@ const (
 	appTable
 )
 
+// failUnlessMoved is the last column of the statements that move an entity: it fails
+// the statement, and so the transaction, when the receipt was written but the guarded
+// update matched no row. Impossible while the entity lock is held, and never committed
+// as applied if it happened.
+const failUnlessMoved = `(SELECT 'hookkeeper: the entity''s state changed during the transaction'
+   WHERE NOT EXISTS (SELECT 1 FROM moved))::int`
+
 func buildStatements(ep *config.Endpoint) (statements, mode) {
 	t := ep.Tables
 	m := managed
-	tbl := ep.Spec.Entity.Table
 	switch {
-	case tbl != nil:
+	case ep.Spec.Entity.Table != nil:
 		m = appTable
 	case ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedCreate:
 		m = managedCreate
 	}
-
-	insertReceipt := fmt.Sprintf(`INSERT INTO %s
-  (endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail, processed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, %%s, %%s, now())
-ON CONFLICT (endpoint, event_id) DO NOTHING
-RETURNING id, received_at, payload`, t.Events)
-	// Only when managedCreate's lock created the entity and the receipt is a duplicate.
-	undoCreate := fmt.Sprintf(`d AS (
-  DELETE FROM %s WHERE endpoint = $1 AND entity_key = $4 AND %%s::bool
-    AND NOT EXISTS (SELECT 1 FROM r))`, t.Entities)
-
 	var s statements
-	s.insertFinal = fmt.Sprintf("WITH r AS (%s)\nSELECT id FROM r", fmt.Sprintf(insertReceipt, "$9", "$10"))
-	s.insertFinalCreated = fmt.Sprintf("WITH r AS (%s),\n%s\nSELECT id FROM r",
-		fmt.Sprintf(insertReceipt, "$9", "$10"), fmt.Sprintf(undoCreate, "$11"))
 
+	// Locking.
+	managedLock := fmt.Sprintf(`SELECT true, state, amount, last_event_at, false FROM %s
+WHERE endpoint = @endpoint AND entity_key = @entity_key FOR UPDATE`, t.Entities)
 	switch m {
 	case managed:
-		s.lock = fmt.Sprintf(`SELECT true, state, amount, last_event_at, false FROM %s
-WHERE endpoint = $1 AND entity_key = $2 FOR UPDATE`, t.Entities)
+		s.lock = managedLock
 	case managedCreate:
 		// The no-op DO UPDATE locks an existing row and returns it; xmax = 0 tells a row
 		// this statement created. Concurrent creators of one entity serialise on the
 		// primary key, never on a prior SELECT.
-		s.lock = fmt.Sprintf(`INSERT INTO %s AS t (endpoint, entity_key, state, amount)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (endpoint, entity_key) DO UPDATE SET state = t.state
-RETURNING true, t.state, t.amount, t.last_event_at, (t.xmax = 0)`, t.Entities)
-	case appTable:
-		app := appLock(ep, t.EntityClocks)
-		s.lock = fmt.Sprintf(`SELECT found, state, amount, last_event_at, false FROM (%s) e`, app("$1", "$2", "$3", "$4"))
-	}
-
-	// The outbox payload is built in SQL from the inserted receipt (RETURNING), so the
-	// raw body crosses the network once. The last column fails the statement, and so the
-	// transaction, if the receipt was inserted but the guarded update matched nothing:
-	// impossible while the entity lock is held, but never committed as applied.
-	recordOutbox := fmt.Sprintf(`o AS (
-  INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
-  SELECT $1, $13, $4, $14, $2,
-    jsonb_build_object(
-      'transition', $10::text, 'from', $11::text, 'to', $12::text,
-      'source', jsonb_build_object('id', $2::text, 'type', $3::text, 'receivedAt', r.received_at),
-      'event', r.payload),
-    $7
-  FROM u, r
-  WHERE $14::text <> ''
-  ON CONFLICT (endpoint, dedupe_key) DO NOTHING
-  RETURNING 1)
-SELECT r.id, EXISTS (SELECT 1 FROM o),
-  (SELECT %s WHERE NOT EXISTS (SELECT 1 FROM u))::int
-FROM r`, t.Outbox, quoteLiteral("hookkeeper: "+detailRaced))
-	applied := fmt.Sprintf(insertReceipt, "'applied'", "$9")
-	switch m {
+		s.lock = fmt.Sprintf(`INSERT INTO %s AS e (endpoint, entity_key, state, amount)
+VALUES (@endpoint, @entity_key, @initial, @amount)
+ON CONFLICT (endpoint, entity_key) DO UPDATE SET state = e.state
+RETURNING true, e.state, e.amount, e.last_event_at, (e.xmax = 0)`, t.Entities)
 	case appTable:
 		q := appQuoted(ep)
-		tenant := ""
-		if q.tenant != "" {
-			tenant = fmt.Sprintf(" AND t.%s = $18", q.tenant)
+		amount := "NULL::bigint"
+		if q.amount != "" {
+			amount = fmt.Sprintf("a.%s::bigint", q.amount)
 		}
-		s.insertApply = fmt.Sprintf(`WITH r AS (%s),
-u AS (
-  UPDATE %s t SET %s = $17
-  WHERE t.%s = $15 AND t.%s = $16%s AND EXISTS (SELECT 1 FROM r)
-  RETURNING 1),
-c AS (
-  INSERT INTO %s (endpoint, entity_key, last_event_at)
-  SELECT $1, $4, $7 FROM u WHERE $7::timestamptz IS NOT NULL
-  ON CONFLICT (endpoint, entity_key) DO UPDATE
-    SET last_event_at = GREATEST(%s.last_event_at, EXCLUDED.last_event_at)),
-%s`, applied, q.table, q.state, q.key, q.state, tenant, t.EntityClocks, t.EntityClocks, recordOutbox)
-	default:
-		undo := ""
-		if m == managedCreate {
-			undo = fmt.Sprintf(undoCreate, "$15") + ",\n"
-		}
-		s.insertApply = fmt.Sprintf(`WITH r AS (%s),
-u AS (
-  UPDATE %s SET state = $12, version = version + 1,
-    last_event_at = GREATEST(last_event_at, $7), updated_at = now()
-  WHERE endpoint = $1 AND entity_key = $4 AND state = $11 AND EXISTS (SELECT 1 FROM r)
-  RETURNING 1),
-%s%s`, applied, t.Entities, undo, recordOutbox)
+		s.lock = fmt.Sprintf(`SELECT true, a.%s::text, %s, NULL::timestamptz, false
+FROM %s a WHERE %s FOR UPDATE OF a`, q.state, amount, q.table, q.where("a"))
+	}
+	s.lockExisting = s.lock
+	if m == managedCreate {
+		s.lockExisting = managedLock
 	}
 
-	outboxInsert := fmt.Sprintf(`o AS (
-  INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
-  SELECT $1, $7, $2, $8, ev.event_id,
-    jsonb_build_object(
-      'transition', $10::text, 'from', $3::text, 'to', $4::text,
-      'source', jsonb_build_object('id', ev.event_id, 'type', ev.event_type, 'receivedAt', ev.received_at),
-      'event', ev.payload),
-    $5
-  FROM u, %s ev
-  WHERE ev.id = $6 AND $8::text <> ''
-  ON CONFLICT (endpoint, dedupe_key) DO NOTHING
-  RETURNING 1)`, t.Outbox, t.Events)
-	setOutcome := fmt.Sprintf(`UPDATE %s SET
-  outcome = CASE WHEN EXISTS (SELECT 1 FROM u) THEN 'applied' ELSE 'ignored_state' END,
-  detail = CASE WHEN EXISTS (SELECT 1 FROM u) THEN $9::text ELSE %s END,
-  processed_at = now()
-WHERE id = $6
-RETURNING outcome, EXISTS (SELECT 1 FROM o)`, t.Events, quoteLiteral(detailRaced))
-
+	clock := "NULL::timestamptz"
 	if m == appTable {
-		q := appQuoted(ep)
-		tenant := ""
-		if q.tenant != "" {
-			tenant = fmt.Sprintf(" AND t.%s = $14", q.tenant)
-		}
-		s.apply = fmt.Sprintf(`WITH u AS (
-  UPDATE %s t SET %s = $13
-  WHERE t.%s = $11 AND t.%s = $12%s
-  RETURNING 1),
-c AS (
-  INSERT INTO %s (endpoint, entity_key, last_event_at)
-  SELECT $1, $2, $5 FROM u WHERE $5::timestamptz IS NOT NULL
-  ON CONFLICT (endpoint, entity_key) DO UPDATE
-    SET last_event_at = GREATEST(%s.last_event_at, EXCLUDED.last_event_at)),
-%s
-%s`, q.table, q.state, q.key, q.state, tenant, t.EntityClocks, t.EntityClocks, outboxInsert, setOutcome)
-	} else {
-		s.apply = fmt.Sprintf(`WITH u AS (
-  UPDATE %s SET state = $4, version = version + 1,
-    last_event_at = GREATEST(last_event_at, $5), updated_at = now()
-  WHERE endpoint = $1 AND entity_key = $2 AND state = $3
-  RETURNING 1),
-%s
-%s`, t.Entities, outboxInsert, setOutcome)
+		clock = fmt.Sprintf(`(SELECT last_event_at FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key)`, t.EntityClocks)
 	}
+	s.entityContext = fmt.Sprintf(`SELECT
+  EXISTS (SELECT 1 FROM %[1]s WHERE endpoint = @endpoint AND event_id = @event_id) AS seen,
+  %[2]s AS last_event_at,
+  (SELECT jsonb_agg(jsonb_build_object(
+      'id', p.id, 'eventId', p.event_id, 'type', p.event_type, 'payload', p.payload,
+      'headers', p.headers, 'occurredAt', p.occurred_at, 'amount', p.amount)
+    ORDER BY p.occurred_at, p.received_at, p.id)
+   FROM %[1]s p
+   WHERE p.endpoint = @endpoint AND p.entity_key = @entity_key AND p.outcome = 'parked') AS parked`, t.Events, clock)
 
-	s.outcome = fmt.Sprintf(`UPDATE %s SET outcome = $2, detail = $3, processed_at = now() WHERE id = $1`, t.Events)
+	// Writing a new receipt.
+	insertReceipt := fmt.Sprintf(`INSERT INTO %s
+  (endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail, processed_at)
+VALUES (@endpoint, @event_id, @event_type, @entity_key, @payload, @headers, @occurred_at, @amount, %%s, @detail, now())
+ON CONFLICT (endpoint, event_id) DO NOTHING
+RETURNING id, event_id, event_type, received_at, payload`, t.Events)
+	s.undoCreate = fmt.Sprintf(`DELETE FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key`, t.Entities)
+	undoCreate := ""
+	if m == managedCreate {
+		undoCreate = fmt.Sprintf(`,
+undo_create AS (
+  DELETE FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key AND @created::bool
+    AND NOT EXISTS (SELECT 1 FROM receipt))`, t.Entities)
+	}
+	s.insertOutcome = fmt.Sprintf("WITH receipt AS (%s)%s\nSELECT id FROM receipt",
+		fmt.Sprintf(insertReceipt, "@outcome"), undoCreate)
+
+	moved := moveEntity(ep, m, t)
+	s.insertApplied = fmt.Sprintf(`WITH receipt AS (%s),
+%s%s,
+%s
+SELECT receipt.id, EXISTS (SELECT 1 FROM effect), %s
+FROM receipt`, fmt.Sprintf(insertReceipt, "'applied'"), moved, undoCreate, effect(t), failUnlessMoved)
+
+	// Writing a stored receipt.
+	s.applyStored = fmt.Sprintf(`WITH receipt AS (
+  UPDATE %s SET outcome = 'applied', detail = @detail, processed_at = now()
+  WHERE id = @receipt_id AND outcome = @was
+  RETURNING id, event_id, event_type, received_at, payload),
+%s,
+%s
+SELECT EXISTS (SELECT 1 FROM effect), %s`, t.Events, moved, effect(t), failUnlessMoved)
+	s.setOutcome = fmt.Sprintf(`UPDATE %s SET outcome = @outcome, detail = @detail, processed_at = now()
+WHERE id = @receipt_id`, t.Events)
 	s.load = fmt.Sprintf(`SELECT event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome
-FROM %s WHERE id = $1 AND endpoint = $2 FOR UPDATE`, t.Events)
+FROM %s WHERE id = @receipt_id AND endpoint = @endpoint`, t.Events)
+	s.loadLocked = s.load + " FOR UPDATE"
+
+	// Parking's deadline.
+	olderThan := "received_at < now() - make_interval(secs => @park_for_seconds)"
+	s.expirable = fmt.Sprintf(`SELECT DISTINCT entity_key FROM %s
+WHERE endpoint = @endpoint AND outcome = 'parked' AND %s LIMIT @limit`, t.Events, olderThan)
+	s.expire = fmt.Sprintf(`UPDATE %s SET outcome = 'expired', detail = @detail, processed_at = now()
+WHERE endpoint = @endpoint AND entity_key = @entity_key AND outcome = 'parked' AND %s`, t.Events, olderThan)
+	s.parkedStats = fmt.Sprintf(`SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(received_at)), 0)::float8
+FROM %s WHERE endpoint = @endpoint AND outcome = 'parked'`, t.Events)
 	return s, m
+}
+
+// moveEntity is the `moved` CTE: the guarded update of the atomic event receipt, only
+// when the `receipt` CTE wrote a row; for app tables followed by the `clock` CTE.
+func moveEntity(ep *config.Endpoint, m mode, t store.Tables) string {
+	if m != appTable {
+		return fmt.Sprintf(`moved AS (
+  UPDATE %s SET state = @to, version = version + 1,
+    last_event_at = GREATEST(last_event_at, @occurred_at), updated_at = now()
+  WHERE endpoint = @endpoint AND entity_key = @entity_key AND state = @from
+    AND EXISTS (SELECT 1 FROM receipt)
+  RETURNING 1)`, t.Entities)
+	}
+	q := appQuoted(ep)
+	// @app_from and @app_to take the state column's type (text or an enum), @from and
+	// @to stay text for the outbox payload.
+	return fmt.Sprintf(`moved AS (
+  UPDATE %s a SET %s = @app_to
+  WHERE %s AND a.%s = @app_from AND EXISTS (SELECT 1 FROM receipt)
+  RETURNING 1),
+clock AS (
+  INSERT INTO %s (endpoint, entity_key, last_event_at)
+  SELECT @endpoint, @entity_key, @occurred_at FROM moved WHERE @occurred_at::timestamptz IS NOT NULL
+  ON CONFLICT (endpoint, entity_key) DO UPDATE
+    SET last_event_at = GREATEST(%s.last_event_at, EXCLUDED.last_event_at))`,
+		q.table, q.state, q.where("a"), q.state, t.EntityClocks, t.EntityClocks)
+}
+
+// effect is the `effect` CTE: the outbox row of an applied transition with emit. Its
+// payload is built in SQL from the receipt row, so the raw body crosses the network
+// once.
+func effect(t store.Tables) string {
+	return fmt.Sprintf(`effect AS (
+  INSERT INTO %s (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at)
+  SELECT @endpoint, @outbox_key, @entity_key, @emit, receipt.event_id,
+    jsonb_build_object(
+      'transition', @transition::text, 'from', @from::text, 'to', @to::text,
+      'source', jsonb_build_object('id', receipt.event_id, 'type', receipt.event_type, 'receivedAt', receipt.received_at),
+      'event', receipt.payload),
+    @occurred_at
+  FROM moved, receipt
+  WHERE @emit::text <> ''
+  ON CONFLICT (endpoint, dedupe_key) DO NOTHING
+  RETURNING 1)`, t.Outbox)
 }
 
 type quotedTable struct {
 	table, key, state, amount, tenant string
+}
+
+// where is the app row's key (and tenant) condition on alias.
+func (q quotedTable) where(alias string) string {
+	w := fmt.Sprintf("%s.%s = @app_key", alias, q.key)
+	if q.tenant != "" {
+		w += fmt.Sprintf(" AND %s.%s = @tenant", alias, q.tenant)
+	}
+	return w
 }
 
 func appQuoted(ep *config.Endpoint) quotedTable {
@@ -221,29 +245,4 @@ func appQuoted(ep *config.Endpoint) quotedTable {
 		q.tenant = pgx.Identifier{tbl.Tenant.Column}.Sanitize()
 	}
 	return q
-}
-
-// appLock returns the locking SELECT on the app's table with the given parameter
-// placeholders (endpoint, clock key, typed key, tenant). The state is read as text and
-// the amount as bigint, so enum and integer columns of any width work.
-func appLock(ep *config.Endpoint, clocks string) func(endpoint, clockKey, key, tenant string) string {
-	q := appQuoted(ep)
-	amount := "NULL::bigint"
-	if q.amount != "" {
-		amount = fmt.Sprintf("t.%s::bigint", q.amount)
-	}
-	return func(endpoint, clockKey, key, tenant string) string {
-		where := fmt.Sprintf("t.%s = %s", q.key, key)
-		if q.tenant != "" {
-			where += fmt.Sprintf(" AND t.%s = %s", q.tenant, tenant)
-		}
-		return fmt.Sprintf(`SELECT true AS found, t.%s::text AS state, %s AS amount, c.last_event_at
-  FROM %s t LEFT JOIN %s c ON c.endpoint = %s AND c.entity_key = %s
-  WHERE %s
-  FOR UPDATE OF t`, q.state, amount, q.table, clocks, endpoint, clockKey, where)
-	}
-}
-
-func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

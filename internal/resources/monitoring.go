@@ -24,6 +24,8 @@ const (
 	metricSignatureFailures = "hookkeeper_webhook_signature_failures_total"
 	metricRequests          = "hookkeeper_webhook_requests_total"
 	metricDuplicates        = "hookkeeper_webhook_duplicates_total"
+	metricParkedExpired     = "hookkeeper_parked_expired_total"
+	metricGuardErrors       = "hookkeeper_guard_errors_total"
 )
 
 func stringMap(m map[string]string) map[string]any {
@@ -80,7 +82,7 @@ func rule(alert, expr, forDuration, severity, summary, description string, ep *v
 }
 
 // PrometheusRule holds the endpoint's alerts: the outbox is lagging, events are
-// dead-lettered, signature failures spike (a wrong secret or an attack) and the share of
+// dead-lettered, parked events expired, a guard fails to evaluate, signature failures spike (a wrong secret or an attack) and the share of
 // duplicates jumps (the provider is retrying because acknowledgements are slow or lost).
 func PrometheusRule(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
 	sel := alertSelector(ep)
@@ -93,6 +95,14 @@ func PrometheusRule(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
 			fmt.Sprintf(`max(%s{%s}) > 0`, metricDeadLetters, sel), "1m", "warning",
 			"Outbox events were dead-lettered",
 			"Some outbox events exhausted their attempts; fix the sink and run `hookkeeper replay`", ep),
+		rule("HookkeeperParkedEventsExpired",
+			fmt.Sprintf(`sum(increase(%s{%s}[1h])) > 0`, metricParkedExpired, sel), "0m", "warning",
+			"Parked webhook events expired",
+			"Events waited longer than stateMachine.parkFor for their entity and will not apply by themselves; list them with `hookkeeper replay --receipts --outcome expired --dry-run`", ep),
+		rule("HookkeeperGuardErrors",
+			fmt.Sprintf(`sum by (transition) (increase(%s{%s}[15m])) > 0`, metricGuardErrors, sel), "0m", "warning",
+			"A transition's guard fails to evaluate",
+			"Events were recorded as guard_error and nothing applied; fix the guard, then run `hookkeeper replay --receipts --outcome guard_error`", ep),
 		rule("HookkeeperSignatureFailureSpike",
 			fmt.Sprintf(`sum(rate(%[1]s{%[2]s}[5m])) > 0.05 and sum(rate(%[1]s{%[2]s}[5m])) > 0.1 * sum(rate(%[3]s{%[2]s}[5m]))`,
 				metricSignatureFailures, sel, metricRequests), "10m", "warning",

@@ -1,15 +1,20 @@
 // Package statemachine compiles a WebhookEndpoint's stateMachine into a transition table
 // with compiled CEL guards, and decides what one event does to one entity.
 //
-// Decide applies these rules in order (DESIGN.md section 5):
+// Decide applies these rules in order (docs/architecture.md, "Deciding"):
 //
-//  1. no transition lists the event type in `on`          -> Unhandled
-//  2. no such transition lists the entity's state in `from` -> IgnoredState (out of order,
-//     or already applied: transitions only move forward)
-//  3. the event's occurredAt is older than the entity's last applied event
-//     -> IgnoredState, detail "stale"
-//  4. the first transition (in spec order) whose guard holds applies -> Apply; when every
-//     guard is false (or fails to evaluate) -> GuardFailed
+//  1. no transition lists the event type in `on`                -> Unhandled
+//  2. the event's occurredAt is older than the entity's last applied event
+//     -> IgnoredState, detail "stale": its moment has passed
+//  3. no transition of the type lists the entity's state in `from`:
+//     - a state some transition of the type starts from is reachable from the entity's
+//     state (the graph of every transition, guards aside)    -> Park: it may apply later
+//     - none is                                                 -> IgnoredState: it never can
+//  4. the transitions of the type that start from the entity's state are tried in spec
+//     order: the first whose guard holds applies                -> Apply;
+//     a guard that fails to evaluate stops the decision         -> GuardError
+//     (a later transition never applies because an earlier guard could not be read);
+//     every guard false                                         -> GuardFailed
 //
 // Several transitions may share an event type (e.g. Adyen AUTHORISATION with
 // `event.body.success == "true"` to paid, and with "false" to failed).
@@ -41,11 +46,13 @@ import (
 // Verdict is the state machine's answer for one event.
 type Verdict string
 
-// The verdicts; receipt maps them to receipt outcomes of the same names.
+// The verdicts; they are the receipt outcomes of the same names.
 const (
 	Apply        Verdict = "applied"
 	IgnoredState Verdict = "ignored_state"
 	GuardFailed  Verdict = "guard_failed"
+	GuardError   Verdict = "guard_error"
+	Park         Verdict = "parked"
 	Unhandled    Verdict = "unhandled"
 )
 
@@ -72,6 +79,9 @@ type Machine struct {
 	states      []string
 	transitions []*Transition
 	byType      map[string][]*Transition
+	// reachable[s] is the set of states reachable from s by one or more transitions,
+	// guards aside.
+	reachable map[string]map[string]bool
 }
 
 // Entity is the locked entity row as the transaction read it.
@@ -94,7 +104,8 @@ type Input struct {
 // Decision is Decide's answer.
 type Decision struct {
 	Verdict Verdict
-	// Transition is the applied transition (Apply only).
+	// Transition is the applied transition (Apply), or the one whose guard failed to
+	// evaluate (GuardError).
 	Transition *Transition
 	// Detail explains IgnoredState and GuardFailed decisions for the receipt's detail
 	// column; it names transitions and states, never payload values.
@@ -202,7 +213,49 @@ func Compile(spec v1alpha1.StateMachineSpec, refetch []string) (*Machine, error)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	m.reachable = reachability(m.states, m.transitions)
 	return m, nil
+}
+
+// reachability computes, for every state, the states reachable from it by one or more
+// transitions (a breadth-first walk per state; machines have at most 32 states).
+func reachability(states []string, transitions []*Transition) map[string]map[string]bool {
+	next := map[string][]string{}
+	for _, t := range transitions {
+		for _, f := range t.From {
+			next[f] = append(next[f], t.To)
+		}
+	}
+	out := make(map[string]map[string]bool, len(states))
+	for _, s := range states {
+		seen := map[string]bool{}
+		queue := slices.Clone(next[s])
+		for len(queue) > 0 {
+			q := queue[0]
+			queue = queue[1:]
+			if seen[q] {
+				continue
+			}
+			seen[q] = true
+			queue = append(queue, next[q]...)
+		}
+		out[s] = seen
+	}
+	return out
+}
+
+// CanStillApply reports whether an event of eventType could apply to an entity in state
+// from some state reachable from it: some transition of the type starts from such a
+// state. Guards are not evaluated: they may hold by then.
+func (m *Machine) CanStillApply(eventType, state string) bool {
+	for _, t := range m.byType[eventType] {
+		for _, f := range t.From {
+			if m.reachable[state][f] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Initial is the state of an entity created by onUnmatched Create.
@@ -235,6 +288,9 @@ func (m *Machine) Decide(in Input) Decision {
 	if len(candidates) == 0 {
 		return Decision{Verdict: Unhandled, Detail: "no transition handles this event type"}
 	}
+	if in.Event.OccurredAt != nil && in.Entity.LastEventAt != nil && in.Event.OccurredAt.Before(*in.Entity.LastEventAt) {
+		return Decision{Verdict: IgnoredState, Detail: DetailStale}
+	}
 	var allowed []*Transition
 	for _, t := range candidates {
 		if slices.Contains(t.From, in.Entity.State) {
@@ -242,10 +298,10 @@ func (m *Machine) Decide(in Input) Decision {
 		}
 	}
 	if len(allowed) == 0 {
-		return Decision{Verdict: IgnoredState, Detail: fmt.Sprintf("no transition for this event type starts from state %q", in.Entity.State)}
-	}
-	if in.Event.OccurredAt != nil && in.Entity.LastEventAt != nil && in.Event.OccurredAt.Before(*in.Entity.LastEventAt) {
-		return Decision{Verdict: IgnoredState, Detail: DetailStale}
+		if m.CanStillApply(in.Event.Type, in.Entity.State) {
+			return Decision{Verdict: Park, Detail: fmt.Sprintf("no transition for this event type starts from state %q yet; one starts from a state reachable from it", in.Entity.State)}
+		}
+		return Decision{Verdict: IgnoredState, Detail: fmt.Sprintf("no transition for this event type starts from state %q or any state reachable from it", in.Entity.State)}
 	}
 	var failed []string
 	for _, t := range allowed {
@@ -254,8 +310,7 @@ func (m *Machine) Decide(in Input) Decision {
 		}
 		ok, err := t.evalGuard(in)
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", t.Name, err))
-			continue
+			return Decision{Verdict: GuardError, Transition: t, Detail: fmt.Sprintf("%s: guard failed to evaluate: %v", t.Name, err)}
 		}
 		if ok {
 			return Decision{Verdict: Apply, Transition: t}

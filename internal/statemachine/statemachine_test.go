@@ -48,13 +48,15 @@ func TestDecide(t *testing.T) {
 		{"capture applies", event.Event{Type: "payment_intent.succeeded", Amount: i64(100)}, Entity{State: "pending", Amount: i64(100)}, nil, Apply, "capture", ""},
 		{"amount mismatch", event.Event{Type: "payment_intent.succeeded", Amount: i64(99)}, Entity{State: "pending", Amount: i64(100)}, nil, GuardFailed, "", "capture: guard is false"},
 		{"missing amount fails closed", event.Event{Type: "payment_intent.succeeded"}, Entity{State: "pending", Amount: i64(100)}, nil, GuardFailed, "", "capture"},
-		{"refund before capture", event.Event{Type: "charge.refunded"}, Entity{State: "pending"}, nil, IgnoredState, "", `state "pending"`},
+		{"refund before capture parks", event.Event{Type: "charge.refunded"}, Entity{State: "pending"}, nil, Park, "", `state "pending" yet`},
+		{"refund after refund can never apply", event.Event{Type: "charge.refunded"}, Entity{State: "refunded"}, nil, IgnoredState, "", "or any state reachable"},
+		{"stale wins over parking", event.Event{Type: "charge.refunded", OccurredAt: &older}, Entity{State: "pending", LastEventAt: &t0}, nil, IgnoredState, "", DetailStale},
 		{"duplicate capture after paid", event.Event{Type: "payment_intent.succeeded", Amount: i64(100)}, Entity{State: "paid", Amount: i64(100)}, nil, IgnoredState, "", ""},
 		{"stale event", event.Event{Type: "payment_intent.succeeded", Amount: i64(100), OccurredAt: &older}, Entity{State: "pending", Amount: i64(100), LastEventAt: &t0}, nil, IgnoredState, "", DetailStale},
 		{"same instant is not stale", event.Event{Type: "charge.refunded", OccurredAt: &t0}, Entity{State: "paid", LastEventAt: &t0}, nil, Apply, "refund", ""},
 		{"first guard true wins", event.Event{Type: "AUTHORISATION", Body: map[string]any{"success": "true"}}, Entity{State: "pending"}, nil, Apply, "authorise", ""},
 		{"second guard", event.Event{Type: "AUTHORISATION", Body: map[string]any{"success": "false"}}, Entity{State: "pending"}, nil, Apply, "decline", ""},
-		{"guard error is a failure", event.Event{Type: "AUTHORISATION", Body: map[string]any{}}, Entity{State: "pending"}, nil, GuardFailed, "", "authorise:"},
+		{"guard error stops the decision", event.Event{Type: "AUTHORISATION", Body: map[string]any{}}, Entity{State: "pending"}, nil, GuardError, "authorise", "authorise: guard failed to evaluate"},
 		{"live null fails closed", event.Event{Type: "confirm"}, Entity{State: "pending"}, nil, GuardFailed, "", "confirm"},
 		{"live confirms", event.Event{Type: "confirm"}, Entity{State: "pending"}, map[string]any{"status": "succeeded"}, Apply, "confirm", ""},
 	}
@@ -100,6 +102,51 @@ func TestCompileReportsEveryProblem(t *testing.T) {
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// A guard that cannot be evaluated (here a typo: `mergd`) must stop the decision: the
+// next transition of the same type must not apply in its place.
+func TestGuardErrorNeverFallsThrough(t *testing.T) {
+	m, err := Compile(v1alpha1.StateMachineSpec{
+		Initial: "opened",
+		States:  []string{"opened", "merged", "closed"},
+		Transitions: []v1alpha1.Transition{
+			{Name: "merge", On: []string{"pull_request.closed"}, From: []string{"opened"}, To: "merged", Guard: "event.body.pull_request.mergd == true", Emit: "pr.merged"},
+			{Name: "close", On: []string{"pull_request.closed"}, From: []string{"opened"}, To: "closed", Emit: "pr.closed"},
+		},
+	}, nil)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	d := m.Decide(Input{
+		Event:  event.Event{Type: "pull_request.closed", Body: map[string]any{"pull_request": map[string]any{"merged": true}}},
+		Entity: Entity{State: "opened"},
+	})
+	if d.Verdict != GuardError || d.Transition == nil || d.Transition.Name != "merge" {
+		t.Fatalf("decision = %s %+v (%s), want guard_error on merge", d.Verdict, d.Transition, d.Detail)
+	}
+	if !strings.Contains(d.Detail, "mergd") {
+		t.Fatalf("detail %q does not name the missing field", d.Detail)
+	}
+}
+
+func TestCanStillApply(t *testing.T) {
+	m := orders(t)
+	for _, tc := range []struct {
+		typ, state string
+		want       bool
+	}{
+		{"charge.refunded", "pending", true},    // pending -> paid -> refund
+		{"charge.refunded", "authorised", true}, // authorised -> paid
+		{"charge.refunded", "failed", false},    // failed is terminal
+		{"charge.refunded", "refunded", false},  // nothing leaves refunded
+		{"AUTHORISATION", "paid", false},        // pending is never reached again
+		{"payment_intent.succeeded", "paid", false},
+	} {
+		if got := m.CanStillApply(tc.typ, tc.state); got != tc.want {
+			t.Errorf("CanStillApply(%s, %s) = %v, want %v", tc.typ, tc.state, got, tc.want)
 		}
 	}
 }

@@ -206,7 +206,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	})
 
-	It("ignores a refund that arrives before its capture; only a fresh refund applies after it", func(ctx SpecContext) {
+	It("parks a refund that arrives before its capture and applies it when the capture does", func(ctx SpecContext) {
 		order := "order-" + run + "-ooo"
 		const amount = int64(75000)
 		_, err := db.Exec(ctx, `INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
@@ -224,36 +224,28 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK), "an early event is acknowledged")
 		n, outcome := receipts(ctx, refundID)
 		Expect(n).To(Equal(1))
-		Expect(outcome).To(Equal("ignored_state"), "refund needs a paid order")
+		Expect(outcome).To(Equal("parked"), "the refund waits for a paid order")
 		Expect(orderState(ctx, order)).To(Equal("payment_pending"))
 
+		// The capture applies and releases the refund in the same transaction.
 		Expect(devcluster.PostStripe(ctx, url, secret, capture)).To(Equal(http.StatusOK))
 		n, outcome = receipts(ctx, captureID)
 		Expect(n).To(Equal(1))
 		Expect(outcome).To(Equal("applied"))
-		Expect(orderState(ctx, order)).To(Equal("paid"))
-
-		// The provider retries the refund under the same event id: a duplicate of a
-		// recorded receipt, acknowledged without effect.
-		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK))
-		n, outcome = receipts(ctx, refundID)
-		Expect(n).To(Equal(1))
-		Expect(outcome).To(Equal("ignored_state"), "a redelivery does not reprocess the receipt")
-		Expect(orderState(ctx, order)).To(Equal("paid"))
-
-		// A new event (a fresh id) applies.
-		freshID := "evt_" + run + "_ooo_refund_fresh"
-		fresh := devcluster.StripeEvent(freshID, "charge.refunded", order, amount, now)
-		Expect(devcluster.PostStripe(ctx, url, secret, fresh)).To(Equal(http.StatusOK))
-		n, outcome = receipts(ctx, freshID)
-		Expect(n).To(Equal(1))
+		_, outcome = receipts(ctx, refundID)
 		Expect(outcome).To(Equal("applied"))
+		Expect(orderState(ctx, order)).To(Equal("refunded"))
+
+		// The provider retries the refund under the same event id: a duplicate.
+		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK))
+		n, _ = receipts(ctx, refundID)
+		Expect(n).To(Equal(1))
 		Expect(orderState(ctx, order)).To(Equal("refunded"))
 
 		var types []string
 		Expect(db.QueryRow(ctx, `SELECT coalesce(array_agg(event_type ORDER BY id), '{}') FROM hookkeeper.outbox
 			WHERE endpoint = $1 AND entity_key = $2`, endpointKey, order).Scan(&types)).To(Succeed())
-		Expect(types).To(Equal([]string{"order.paid", "order.refunded"}), "the ignored refund emitted nothing")
+		Expect(types).To(Equal([]string{"order.paid", "order.refunded"}), "both effects, in provider order")
 	})
 
 	It("keeps accepting signed traffic while the signing secret rotates", func(ctx SpecContext) {

@@ -1,0 +1,300 @@
+package receipt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// entityModes runs fn for the managed entity table and for an app table, each with one
+// order "o-1" in payment_pending for 500.
+func entityModes(t *testing.T, fn func(t *testing.T, f *fixture, state func() string)) {
+	t.Run("managed", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+		f.managedEntity("o-1", "payment_pending", 500)
+		fn(t, f, func() string { return f.str(`SELECT state FROM hk.entities WHERE entity_key = 'o-1'`) })
+	})
+	t.Run("app table", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
+			`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES ('acme', 'o-1', 'payment_pending', 500)`)
+		fn(t, f, func() string { return f.str(`SELECT status FROM public.orders WHERE client_txn_id = 'o-1'`) })
+	})
+}
+
+// effects lists the outbox rows' event types and dedupe keys in insertion order.
+func (f *fixture) effects() string {
+	var s *string
+	if err := f.pool.QueryRow(f.ctx, `SELECT string_agg(event_type, ',' ORDER BY id) FROM hk.outbox`).Scan(&s); err != nil {
+		f.t.Fatalf("read outbox: %v", err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (f *fixture) outcomes() string {
+	var s *string
+	if err := f.pool.QueryRow(f.ctx, `SELECT string_agg(event_id || '=' || outcome, ',' ORDER BY event_id) FROM hk.webhook_events`).Scan(&s); err != nil {
+		f.t.Fatalf("read receipts: %v", err)
+	}
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// The demo's refund-before-capture: the refund parks, the capture applies and releases
+// it in the same transaction, and both effects are in the outbox in provider order,
+// each with the key it would have had in order.
+func TestRefundBeforeCaptureConverges(t *testing.T) {
+	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
+		refund := ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(10*time.Second))
+		if r := f.record(refund); r.Outcome != OutcomeParked {
+			t.Fatalf("early refund: %+v", r)
+		}
+		if got := state(); got != "payment_pending" {
+			t.Fatalf("a parked event moved the entity to %s", got)
+		}
+		r := f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0))
+		if r.Outcome != OutcomeApplied || r.ToState != "paid" || len(r.Released) != 1 {
+			t.Fatalf("capture: %+v", r)
+		}
+		rel := r.Released[0]
+		if rel.EventID != "evt_ref" || rel.Outcome != OutcomeApplied || rel.FromState != "paid" || rel.ToState != "refunded" ||
+			rel.OutboxKey != DedupeKey(f.ep.Key(), "evt_ref", "order.refunded") {
+			t.Fatalf("released refund: %+v", rel)
+		}
+		if got := state(); got != "refunded" {
+			t.Fatalf("state = %s, want refunded", got)
+		}
+		if got := f.effects(); got != "order.paid,order.refunded" {
+			t.Fatalf("effects = %s", got)
+		}
+		if r := f.record(refund); !r.Duplicate {
+			t.Fatalf("refund redelivery: %+v", r)
+		}
+		// A capture after the refund can never apply: refunded reaches no state a
+		// capture starts from.
+		if r := f.record(ev("evt_cap2", "payment_intent.succeeded", "o-1", 500, t0.Add(20*time.Second))); r.Outcome != OutcomeIgnoredState ||
+			!strings.Contains(r.Detail, "or any state reachable") {
+			t.Fatalf("capture after refund: %+v", r)
+		}
+		if got := f.outcomes(); got != "evt_cap=applied,evt_cap2=ignored_state,evt_ref=applied" {
+			t.Fatalf("receipts = %s", got)
+		}
+	})
+}
+
+func TestStaleIsOlderThanTheLastAppliedEvent(t *testing.T) {
+	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
+		f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0.Add(5*time.Second)))
+		// A refund that claims to predate the capture it follows: its moment has passed.
+		if r := f.record(ev("evt_ref", "charge.refunded", "o-1", 500, t0)); r.Outcome != OutcomeIgnoredState || r.Detail != "stale" {
+			t.Fatalf("stale refund: %+v", r)
+		}
+		if got := state(); got != "paid" {
+			t.Fatalf("state = %s", got)
+		}
+	})
+}
+
+// A parked event that the releasing event makes stale is closed, not applied.
+func TestParkedEventMadeStaleIsClosed(t *testing.T) {
+	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
+		// A dispute (from paid or refunded) parks while the order is pending.
+		if r := f.record(ev("evt_dsp", "charge.dispute.created", "o-1", 500, t0)); r.Outcome != OutcomeParked {
+			t.Fatalf("dispute: %+v", r)
+		}
+		r := f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0.Add(time.Second)))
+		if len(r.Released) != 1 || r.Released[0].Outcome != OutcomeIgnoredState || r.Released[0].Detail != "stale" {
+			t.Fatalf("capture released %+v", r.Released)
+		}
+		if got := state(); got != "paid" {
+			t.Fatalf("state = %s", got)
+		}
+	})
+}
+
+func TestParkingOff(t *testing.T) {
+	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
+	we.Spec.StateMachine.ParkFor = &metav1.Duration{}
+	f := newFixture(t, we)
+	f.managedEntity("o-1", "payment_pending", 500)
+	if r := f.record(ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(time.Second))); r.Outcome != OutcomeIgnoredState || !strings.Contains(r.Detail, "parking is off") {
+		t.Fatalf("refund: %+v", r)
+	}
+	if r := f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0)); len(r.Released) != 0 {
+		t.Fatalf("capture released %+v", r.Released)
+	}
+	if got := f.effects(); got != "order.paid" {
+		t.Fatalf("effects = %s", got)
+	}
+}
+
+func TestParkedEventsExpireAndReplay(t *testing.T) {
+	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
+		f.record(ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(time.Second)))
+		f.exec(`UPDATE hk.webhook_events SET received_at = now() - interval '73 hours'`)
+		f.record(ev("evt_dsp", "charge.dispute.created", "o-1", 500, t0.Add(2*time.Second)))
+		n, oldest, err := f.rec.ParkedStats(f.ctx)
+		if err != nil || n != 2 || oldest < 72*time.Hour {
+			t.Fatalf("ParkedStats = %d, %s, %v; want 2 parked, the oldest 73h", n, oldest, err)
+		}
+		expired, err := f.rec.ExpireParked(f.ctx)
+		if err != nil || expired != 1 {
+			t.Fatalf("ExpireParked = %d, %v; want 1", expired, err)
+		}
+		if expired, err := f.rec.ExpireParked(f.ctx); err != nil || expired != 0 {
+			t.Fatalf("second ExpireParked = %d, %v; want 0", expired, err)
+		}
+		if got := f.outcomes(); got != "evt_dsp=parked,evt_ref=expired" {
+			t.Fatalf("receipts = %s", got)
+		}
+		// An expired event is not released by the capture; a replay re-drives it.
+		r := f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0))
+		if len(r.Released) != 1 || r.Released[0].EventID != "evt_dsp" || r.Released[0].Outcome != OutcomeApplied {
+			t.Fatalf("capture released %+v", r.Released)
+		}
+		// Now disputed: the refund (from paid) can never apply; it is closed.
+		res, err := f.rec.Reprocess(f.ctx, int64(f.count(`SELECT id FROM hk.webhook_events WHERE outcome = 'expired'`)))
+		if err != nil || res.Outcome != OutcomeIgnoredState {
+			t.Fatalf("Reprocess(expired refund) = %+v, %v", res, err)
+		}
+		if got := state(); got != "disputed" {
+			t.Fatalf("state = %s", got)
+		}
+	})
+}
+
+// A guard that cannot be evaluated (a typo) records the error and applies nothing, not
+// even another transition of the same type; once the guard is fixed, a replay applies.
+func TestGuardErrorAppliesNothing(t *testing.T) {
+	withTypo := func(table *v1alpha1.EntityTableSpec) *v1alpha1.WebhookEndpoint {
+		we := endpointSpec(v1alpha1.UnmatchedRecord, table)
+		sm := &we.Spec.StateMachine
+		sm.Transitions = append([]v1alpha1.Transition{{Name: "merge", On: []string{"payment_intent.succeeded"},
+			From: []string{"payment_pending"}, To: "refunded", Guard: "event.body.pull_request.mergd == true", Emit: "pr.merged"}},
+			sm.Transitions...)
+		return we
+	}
+	for _, tc := range []struct {
+		name  string
+		we    *v1alpha1.WebhookEndpoint
+		setup []string
+		state string
+	}{
+		{"managed", withTypo(nil), nil, `SELECT state FROM hk.entities WHERE entity_key = 'o-1'`},
+		{"app table", withTypo(ordersBinding()), []string{ordersTable,
+			`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES ('acme', 'o-1', 'payment_pending', 500)`},
+			`SELECT status FROM public.orders WHERE client_txn_id = 'o-1'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, tc.we, tc.setup...)
+			if tc.we.Spec.Entity.Table == nil {
+				f.managedEntity("o-1", "payment_pending", 500)
+			}
+			merged := ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0)
+			merged.Payload = []byte(`{"id":"evt_cap","pull_request":{"merged":true}}`)
+			merged.Body = map[string]any{"id": "evt_cap", "pull_request": map[string]any{"merged": true}}
+			r := f.record(merged)
+			if r.Outcome != OutcomeGuardError || r.Transition != "merge" || !strings.Contains(r.Detail, "mergd") {
+				t.Fatalf("result = %+v", r)
+			}
+			if got := f.str(tc.state); got != "payment_pending" {
+				t.Fatalf("state = %s: a transition applied after a guard error", got)
+			}
+			if got := f.effects(); got != "" {
+				t.Fatalf("effects = %s", got)
+			}
+			// Fixed guard, then a replay: the merge applies.
+			fixed := *tc.we
+			fixed.Spec.StateMachine.Transitions = append([]v1alpha1.Transition(nil), tc.we.Spec.StateMachine.Transitions...)
+			fixed.Spec.StateMachine.Transitions[0].Guard = "event.body.pull_request.merged == true"
+			f.ep = f.compile(&fixed)
+			rec := NewRecorder(f.pool, f.ep)
+			res, err := rec.Reprocess(f.ctx, r.ReceiptID)
+			if err != nil || res.Outcome != OutcomeApplied || res.Transition != "merge" {
+				t.Fatalf("replay after the fix = %+v, %v", res, err)
+			}
+			if got := f.effects(); got != "pr.merged" {
+				t.Fatalf("effects after the replay = %s", got)
+			}
+		})
+	}
+}
+
+// Many deliveries of the same entities, in random orders, concurrently, with copies:
+// the entity row lock serialises them and every entity converges to the in-order
+// result with its effects in provider order.
+func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group commit %v", group), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, endpointSpec(v1alpha1.UnmatchedCreate, nil))
+			if !group {
+				f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 1}))
+			}
+			const entities = 40
+			var deliveries []Event
+			for i := range entities {
+				key := fmt.Sprintf("o-%d", i)
+				history := []Event{
+					ev("cap-"+key, "payment_intent.succeeded", key, 500, t0),
+					ev("ref-"+key, "charge.refunded", key, 500, t0.Add(time.Second)),
+					ev("dsp-"+key, "charge.dispute.created", key, 500, t0.Add(2*time.Second)),
+				}
+				for _, e := range history {
+					for range 1 + i%3 {
+						deliveries = append(deliveries, e)
+					}
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+			var wg sync.WaitGroup
+			work := make(chan Event)
+			errs := make(chan error, len(deliveries))
+			for range 12 {
+				wg.Go(func() {
+					for e := range work {
+						if _, err := f.rec.Record(f.ctx, e); err != nil {
+							errs <- fmt.Errorf("%s: %w", e.ID, err)
+						}
+					}
+				})
+			}
+			for _, e := range deliveries {
+				work <- e
+			}
+			close(work)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			// The dispute applies from paid or refunded: delivered before the refund it
+			// may apply first (an ambiguous history), so only the final state is fixed.
+			if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'disputed'`); got != entities {
+				t.Fatalf("%d of %d entities disputed", got, entities)
+			}
+			if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE outcome = 'parked'`); got != 0 {
+				t.Fatalf("%d events still parked", got)
+			}
+			if got := f.count(`SELECT count(*) FROM (SELECT entity_key FROM hk.outbox GROUP BY entity_key
+				HAVING string_agg(event_type, ',' ORDER BY id) NOT IN ('order.paid,order.refunded,order.disputed', 'order.paid,order.disputed')) bad`); got != 0 {
+				t.Fatalf("%d entities have effects out of provider order", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,91 @@
+package convergence
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestModel checks the checker's own model on the samples, without a receiver: the
+// in-order run, the ambiguity rule and the generator.
+func TestModel(t *testing.T) {
+	root := repoRoot(t)
+	load := func(rel string) *model {
+		s, err := loadSample(root, rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := newModel(s.we.Spec.StateMachine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	orders, adyen := load(ordersSample), load(adyenSample)
+	ev := func(typ, success string) modelEvent { return modelEvent{Type: typ, Success: success, Amount: 500} }
+
+	cases := []struct {
+		name      string
+		m         *model
+		h         []modelEvent
+		state     string
+		effects   []string
+		ambiguous bool
+	}{
+		{"orders capture then refund", orders,
+			[]modelEvent{ev("payment_intent.succeeded", ""), ev("charge.refunded", "")},
+			"refunded", []string{"order.paid", "order.refunded"}, false},
+		// Not a history the generator draws (the refund does not apply in order), but
+		// ambiguous by the rule: delivered capture first, the refund would apply.
+		{"orders refund first is ignored in order", orders,
+			[]modelEvent{ev("charge.refunded", ""), ev("payment_intent.succeeded", "")},
+			"paid", []string{"order.paid"}, true},
+		{"orders capture guard false on another amount", orders,
+			[]modelEvent{{Type: "payment_intent.succeeded", Amount: 499}},
+			"payment_pending", nil, false},
+		{"adyen authorise capture refund", adyen,
+			[]modelEvent{ev("AUTHORISATION", "true"), ev("CAPTURE", "true"), ev("REFUND", "true")},
+			"refunded", []string{"payment.authorised", "payment.captured", "payment.refunded"}, false},
+		{"adyen refused", adyen, []modelEvent{ev("AUTHORISATION", "false")}, "refused", []string{"payment.refused"}, false},
+		{"adyen authorise then cancel is ambiguous", adyen,
+			[]modelEvent{ev("AUTHORISATION", "true"), ev("CANCELLATION", "true")},
+			"cancelled", []string{"payment.authorised", "payment.cancelled"}, true},
+		{"adyen cancel alone", adyen, []modelEvent{ev("CANCELLATION", "true")}, "cancelled", []string{"payment.cancelled"}, false},
+	}
+	for _, tc := range cases {
+		o := tc.m.run(tc.h, 500)
+		amb, why := tc.m.ambiguous(tc.h, 500)
+		if o.State != tc.state || !slices.Equal(o.Effects, tc.effects) || amb != tc.ambiguous {
+			t.Errorf("%s: state %s effects %v ambiguous %v (%s), want %s %v %v",
+				tc.name, o.State, o.Effects, amb, why, tc.state, tc.effects, tc.ambiguous)
+		}
+	}
+
+	// Generated histories apply event by event, in strictly increasing time; orders
+	// histories are never ambiguous.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, m := range []*machine{{name: "orders", model: orders, attrs: []string{""}}, {name: "adyen", model: adyen, attrs: []string{"true", "false"}}} {
+		m.generate(rng, 500, time.Now())
+		lengths := map[int]int{}
+		for _, e := range m.entities {
+			lengths[len(e.history)]++
+			if len(e.history) == 0 {
+				t.Fatalf("%s: empty history", e)
+			}
+			path := e.expected.Path
+			for i, h := range e.history {
+				if path[i] == path[i+1] {
+					t.Errorf("%s: event %s does not apply in provider order", e, h)
+				}
+				if i > 0 && !h.OccurredAt.After(e.history[i-1].OccurredAt) {
+					t.Errorf("%s: occurredAt not increasing at %s", e, h)
+				}
+			}
+			if m.name == "orders" && e.ambiguous {
+				t.Errorf("%s: orders history classed ambiguous: %s", e, e.why)
+			}
+		}
+		t.Logf("%s: history lengths %v", m.name, lengths)
+	}
+}
