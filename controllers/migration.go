@@ -27,7 +27,7 @@ const maxTerminationMessage = 1024
 func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *state) error {
 	ep := st.ep
 	opts := r.resourceOptions(st)
-	hash := resources.MigrationHash(ep, opts, st.values[ep.Spec.Database.URLSecretRef.Name+"/"+ep.Spec.Database.URLSecretRef.Key])
+	hash := resources.MigrationHash(st.hashKey, ep, opts, st.values[ep.Spec.Database.URLSecretRef.Name+"/"+ep.Spec.Database.URLSecretRef.Key])
 	desired := resources.MigrationJob(ep, opts, hash)
 
 	job := &batchv1.Job{}

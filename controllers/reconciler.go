@@ -37,6 +37,9 @@ type Options struct {
 	Validate func(*v1alpha1.WebhookEndpoint) error
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// KeyNamespace holds the Secret with the per-install key of the rollout hashes
+	// (HashKeySecretName): the operator's own namespace. Empty means DefaultKeyNamespace.
+	KeyNamespace string
 }
 
 // WebhookEndpointReconciler turns a WebhookEndpoint into a migration Job, a receiver
@@ -55,10 +58,16 @@ type WebhookEndpointReconciler struct {
 	cache      cache.Cache
 	watchMu    sync.Mutex
 	watching   map[string]bool
+
+	keyMu sync.Mutex
+	key   []byte
 }
 
 // +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookendpoints/status,verbs=get;patch;update
+// Secrets: get reads the referenced ones (uncached); list and watch serve the
+// metadata-only watch. Creating the hash key Secret is a Role in the operator's
+// namespace (config/rbac/hash_key_role.yaml), not a cluster-wide grant.
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
@@ -177,6 +186,7 @@ type state struct {
 
 	rendered   resources.Rendered
 	values     map[string][]byte
+	hashKey    []byte
 	configHash string
 
 	// url is the address providers send webhooks to, set by the exposure step.

@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,8 +45,9 @@ func (r *WebhookEndpointReconciler) endpointsForSecret(ctx context.Context, obj 
 const expiryMargin = 50 * time.Millisecond
 
 // reconcileSecrets reads every referenced Secret key that is still in use and hashes the
-// values with the rendered config. A missing Secret, key or empty value stops the
-// reconcile before any pod could start without it.
+// values with the rendered config, keyed by the per-install hash key. A missing Secret,
+// key or empty value stops the reconcile before any pod could start without it. Messages
+// name the referenced key only, never the other keys a Secret holds.
 func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *state) error {
 	ep := st.ep
 	if next, ok := resources.NextExpiry(ep, st.now); ok {
@@ -60,7 +59,8 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 		secret, ok := secrets[ref.Name]
 		if !ok {
 			secret = &corev1.Secret{}
-			err := r.Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: ref.Name}, secret)
+			// Read from the API server: the manager caches Secret metadata only.
+			err := r.reader().Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: ref.Name}, secret)
 			if client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("get Secret %s/%s: %w", ep.Namespace, ref.Name, err)
 			}
@@ -74,8 +74,8 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 		value, found := secret.Data[ref.Key]
 		if !found {
 			return r.secretsUnresolved(st, ReasonKeyNotFound, fmt.Sprintf(
-				"Secret %s/%s has no key %q (referenced by %s); keys present: %s",
-				ep.Namespace, ref.Name, ref.Key, ref.Field, keyList(secret)))
+				"Secret %s/%s has no key %q (referenced by %s)",
+				ep.Namespace, ref.Name, ref.Key, ref.Field))
 		}
 		if len(value) == 0 {
 			return r.secretsUnresolved(st, ReasonSecretEmpty, fmt.Sprintf(
@@ -84,8 +84,13 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 		}
 		values[ref.Name+"/"+ref.Key] = value
 	}
+	key, err := r.hashKey(ctx)
+	if err != nil {
+		return err
+	}
 	st.values = values
-	st.configHash = resources.ConfigHash(st.rendered, values)
+	st.hashKey = key
+	st.configHash = resources.ConfigHash(key, st.rendered, values)
 
 	expired := len(ep.Spec.SigningSecrets) - len(st.rendered.ActiveSecrets)
 	if prev := st.original.Status.ActiveSecrets; prev > 0 && int(prev) > len(st.rendered.ActiveSecrets) &&
@@ -118,17 +123,4 @@ func (r *WebhookEndpointReconciler) secretsUnresolved(st *state, reason, msg str
 	}
 	st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, reason, msg)
 	return errStop
-}
-
-// keyList names the keys of a Secret (never values), to help fix a wrong key.
-func keyList(s *corev1.Secret) string {
-	if len(s.Data) == 0 {
-		return "none"
-	}
-	keys := make([]string, 0, len(s.Data))
-	for k := range s.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, ", ")
 }

@@ -52,7 +52,9 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&networkingv1.Ingress{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
+		// Metadata only: a changed resourceVersion is all the watch needs to say, and the
+		// cache then holds no Secret values (see CacheOptions).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("build WebhookEndpoint controller: %w", err)
@@ -122,6 +124,8 @@ func RunInProcess(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
+		Cache:                  CacheOptions(),
+		Client:                 ClientOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,

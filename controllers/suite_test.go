@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +19,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -46,6 +52,81 @@ type env struct {
 	// direct reconciles synchronously with an uncached client, for assertions that a
 	// reconcile happened and changed nothing.
 	direct *controllers.WebhookEndpointReconciler
+	// cache is the running manager's cache; cacheUse records what went through it.
+	cache    cache.Cache
+	cacheUse *cacheRecorder
+}
+
+// cacheRecorder wraps the manager's cache and records every kind read or watched
+// through it, split into full objects and metadata-only (PartialObjectMetadata).
+type cacheRecorder struct {
+	mu       sync.Mutex
+	full     map[string]int
+	metadata map[string]int
+}
+
+func (r *cacheRecorder) newCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+	c, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingCache{Cache: c, rec: r, scheme: opts.Scheme}, nil
+}
+
+func (r *cacheRecorder) record(obj runtime.Object, scheme *runtime.Scheme) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.full == nil {
+		r.full, r.metadata = map[string]int{}, map[string]int{}
+	}
+	switch obj.(type) {
+	case *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		r.metadata[strings.TrimSuffix(obj.GetObjectKind().GroupVersionKind().Kind, "List")]++
+		return
+	}
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		r.full[fmt.Sprintf("%T", obj)]++
+		return
+	}
+	r.full[strings.TrimSuffix(gvk.Kind, "List")]++
+}
+
+func (r *cacheRecorder) counts(kind string) (full, metadata int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.full[kind], r.metadata[kind]
+}
+
+type recordingCache struct {
+	cache.Cache
+	rec    *cacheRecorder
+	scheme *runtime.Scheme
+}
+
+func (c *recordingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.rec.record(obj, c.scheme)
+	return c.Cache.Get(ctx, key, obj, opts...)
+}
+
+func (c *recordingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.rec.record(list, c.scheme)
+	return c.Cache.List(ctx, list, opts...)
+}
+
+func (c *recordingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	c.rec.record(obj, c.scheme)
+	return c.Cache.GetInformer(ctx, obj, opts...)
+}
+
+func (c *recordingCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	c.rec.mu.Lock()
+	if c.rec.full == nil {
+		c.rec.full, c.rec.metadata = map[string]int{}, map[string]int{}
+	}
+	c.rec.full[gvk.Kind]++
+	c.rec.mu.Unlock()
+	return c.Cache.GetInformerForKind(ctx, gvk, opts...)
 }
 
 func startEnv(t *testing.T) *env {
@@ -61,8 +142,14 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The manager's cache and client options are the production ones; the cache is
+	// wrapped to record which kinds the manager reads and watches through it.
+	recorder := &cacheRecorder{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
+		Cache:                  controllers.CacheOptions(),
+		Client:                 controllers.ClientOptions(),
+		NewCache:               recorder.newCache,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
@@ -82,7 +169,7 @@ func startEnv(t *testing.T) *env {
 		}
 	})
 	return &env{
-		ctx: ctx, k8s: k8s, scheme: scheme,
+		ctx: ctx, k8s: k8s, scheme: scheme, cache: mgr.GetCache(), cacheUse: recorder,
 		direct: &controllers.WebhookEndpointReconciler{
 			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage},
 		},

@@ -35,13 +35,17 @@ func TestWebhookEndpointController(t *testing.T) {
 	t.Run("ValidEndpointMigratesThenRuns", e.testLifecycle)
 	t.Run("InvalidCELStopsBeforeAnyPod", e.testInvalidConfig)
 	t.Run("MissingSecretKeyStopsBeforeAnyPod", e.testMissingSecret)
+	t.Run("MissingKeyNamesOnlyTheReferencedKey", e.testKeyNamesStayPrivate)
 	t.Run("SecretRotationRollsPods", e.testRotation)
+	t.Run("RolloutHashesAreKeyed", e.testKeyedHashes)
 	t.Run("ExpiredSecretDroppedAtExpiresAt", e.testExpiry)
 	t.Run("MigrationFailureReportsTerminationMessage", e.testMigrationFailure)
 	t.Run("NetworkPolicy", e.testNetworkPolicy)
 	t.Run("IngressExposure", e.testIngress)
 	t.Run("MonitoringOnlyWithCRDs", e.testMonitoring)
 	t.Run("HTTPRouteExposure", e.testHTTPRoute)
+	// Last: it checks what the manager did through its cache in every scenario above.
+	t.Run("SecretsCachedAsMetadataOnly", e.testSecretsNotCached)
 }
 
 func (e *env) testAdmission(t *testing.T) {

@@ -132,14 +132,21 @@ type HMACSpec struct {
 
 // RefetchSpec makes critical transitions confirm the provider's current object state
 // through the provider's read API before they apply. Stripe is supported.
+// +kubebuilder:validation:XValidation:rule="!has(self.baseURL) || size(self.baseURL) == 0 || self.baseURL.lowerAscii().startsWith('https://') || (has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="spec.provider.refetch.baseURL must be https (it receives the API key); set allowInsecureHTTP for a local http stand-in"
 type RefetchSpec struct {
 	// apiKeySecretRef selects the Secret key holding a read-capable API key.
 	APIKeySecretRef corev1.SecretKeySelector `json:"apiKeySecretRef"`
 
-	// baseURL of the provider API; empty means the provider's public API.
+	// baseURL of the provider API; empty means the provider's public API. It must be
+	// https: the API key is sent to it. http needs allowInsecureHTTP.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	BaseURL string `json:"baseURL,omitempty"`
+
+	// allowInsecureHTTP permits an http baseURL, which sends the API key in clear text:
+	// for a local stand-in of the provider's API in tests, never for the real one.
+	// +optional
+	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
 
 	// transitions lists the names of the transitions that re-fetch before applying.
 	// Their guards can use `live`, the fetched object.
@@ -186,9 +193,11 @@ type SigningSecret struct {
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }
 
-// EventSpec holds CEL expressions over `body` (the parsed JSON payload) and `headers`
-// (a map of lower-cased header names to their first value). Provider presets fill in
-// what is left empty.
+// EventSpec holds CEL expressions over `body` (the signed JSON document), `headers` (a
+// map of lower-cased header names to their first value; not signed by most providers,
+// see docs/providers.md) and `signed` (what the signature covered: `digest`, the body's
+// SHA-256, and `id` and `timestamp` where the scheme signs them). Provider presets fill
+// in what is left empty.
 type EventSpec struct {
 	// id evaluates to the provider's stable event id (string); it is the dedupe key.
 	// +optional
@@ -486,6 +495,14 @@ type ReceiverSpec struct {
 	// +kubebuilder:validation:Maximum=33554432
 	// +optional
 	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
+	// maxInFlight caps the webhook requests one receiver pod handles at once; beyond it
+	// a request gets 503 with Retry-After before its body is read. It bounds the
+	// memory of a pod (at most maxInFlight bodies of up to maxBodyBytes each).
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +optional
+	MaxInFlight int32 `json:"maxInFlight,omitempty"`
 	// resources of the receiver container; the operator's defaults when empty.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
@@ -544,7 +561,8 @@ type HTTPRouteExposure struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=253
 	Hostnames []string `json:"hostnames"`
-	// path prefix routed to the receiver; receiver.path when empty.
+	// path prefix routed to the receiver; receiver.path when empty. A different prefix
+	// is rewritten to receiver.path by the route.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Path string `json:"path,omitempty"`
@@ -559,7 +577,9 @@ type IngressExposure struct {
 	// host the Ingress serves.
 	// +kubebuilder:validation:MaxLength=253
 	Host string `json:"host"`
-	// path prefix routed to the receiver; receiver.path when empty.
+	// path routed to the receiver: empty (receiver.path) or equal to receiver.path. An
+	// Ingress does not rewrite paths, so a different path would reach a receiver that
+	// answers 404; set receiver.path to the public path instead.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Path string `json:"path,omitempty"`
@@ -620,6 +640,9 @@ type ExposureSpec struct {
 }
 
 // WebhookEndpointSpec is the desired receiver.
+// An Ingress forwards the request path unchanged and the receiver serves receiver.path
+// only, so exposure.ingress.path must be empty or equal to it.
+// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || size(self.exposure.ingress.path) == 0 || self.exposure.ingress.path == (has(self.receiver) && has(self.receiver.path) ? self.receiver.path : '/')",message="exposure.ingress.path must be empty or equal to receiver.path: an Ingress does not rewrite paths and the receiver answers 404 on any other path; set receiver.path to the public path instead",fieldPath=".exposure.ingress.path"
 type WebhookEndpointSpec struct {
 	// provider selects the signature scheme and presets.
 	Provider ProviderSpec `json:"provider"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,11 +19,34 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
 // envImage names the image the manager gives receiver pods when --receiver-image is not
 // set; the manager's Deployment sets it to its own image.
 const envImage = "HOOKKEEPER_IMAGE"
+
+// envNamespace names the operator's namespace when --key-namespace is not set; without
+// either, the namespace of the pod's service account is used.
+const envNamespace = "POD_NAMESPACE"
+
+// serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// operatorNamespace is the namespace the operator keeps its own Secret in: the flag,
+// else the pod's namespace, else the leader election namespace.
+func operatorNamespace(f managerFlags) (string, error) {
+	if f.keyNamespace != "" {
+		return f.keyNamespace, nil
+	}
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if f.leaderElectionNS != "" {
+		return f.leaderElectionNS, nil
+	}
+	return "", errors.New("no namespace for the hash key Secret: set --key-namespace or " + envNamespace + " (outside a cluster)")
+}
 
 func init() { rootCmd.AddCommand(newManagerCmd()) }
 
@@ -34,6 +58,7 @@ type managerFlags struct {
 	leaderElectionNS string
 	receiverImage    string
 	enableHTTP2      bool
+	keyNamespace     string
 }
 
 func newManagerCmd() *cobra.Command {
@@ -58,6 +83,8 @@ func newManagerCmd() *cobra.Command {
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fl.StringVar(&f.receiverImage, "receiver-image", os.Getenv(envImage), "image of the receiver and migration pods (default: $"+envImage+")")
+	fl.StringVar(&f.keyNamespace, "key-namespace", os.Getenv(envNamespace),
+		"namespace of the Secret "+controllers.HashKeySecretName+" that keys the rollout hashes (default: $"+envNamespace+", else the pod's namespace)")
 	fl.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 (off by default: HTTP/2 rapid reset, CVE-2023-44487)")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
@@ -84,8 +111,14 @@ func runManager(cmd *cobra.Command, f managerFlags) error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
+	keyNamespace, err := operatorNamespace(f)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         controllers.CacheOptions(),
+		Client:                        controllers.ClientOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        f.probeAddr,
 		LeaderElection:                f.leaderElect,
@@ -96,7 +129,7 @@ func runManager(cmd *cobra.Command, f managerFlags) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: f.receiverImage}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: f.receiverImage, KeyNamespace: keyNamespace}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -105,7 +138,7 @@ func runManager(cmd *cobra.Command, f managerFlags) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	ctrl.Log.WithName("manager").Info("starting", "receiverImage", f.receiverImage, "leaderElection", f.leaderElect)
+	ctrl.Log.WithName("manager").Info("starting", "version", version.Get().String(), "receiverImage", f.receiverImage, "leaderElection", f.leaderElect)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := mgr.Start(ctx); err != nil {

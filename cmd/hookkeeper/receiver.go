@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,6 +26,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/store"
+	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
 type receiverFlags struct {
@@ -39,6 +41,8 @@ type receiverFlags struct {
 	// Group commit (receipt.GroupCommit); zero means the default.
 	groupMaxEvents    int
 	groupTransactions int
+	// maxInFlight overrides spec.receiver.maxInFlight when positive.
+	maxInFlight int
 }
 
 // groupCommit is the group-commit configuration the flags ask for.
@@ -86,6 +90,7 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", receiver.DefaultShutdownTimeout, "how long in-flight requests may take to finish after SIGTERM")
 	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own, 0 the default")
 	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
+	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`; off by default)")
 	return cmd
 }
@@ -98,6 +103,9 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	group, err := f.groupCommit()
 	if err != nil {
 		return err
+	}
+	if f.maxInFlight < 0 {
+		return fmt.Errorf("--max-in-flight must be at least 1 (0: spec.receiver.maxInFlight), got %d", f.maxInFlight)
 	}
 	defer func() { _ = zl.Sync() }()
 	log := zapr.NewLogger(zl)
@@ -158,10 +166,14 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
 	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
 	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
-	handler, err := receiver.HandlerFor(ep, receipt.NewRecorder(pool, ep, recOpts...), log.WithName("webhook"))
+	recorder := receipt.NewRecorder(pool, ep, recOpts...)
+	handler, err := receiver.HandlerFor(ep, recorder, log.WithName("webhook"))
 	if err != nil {
 		return err
 	}
+	tasks = append(tasks, receiver.Task{Name: "parking", Run: func(ctx context.Context) error {
+		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
+	}})
 
 	podIP := os.Getenv(config.EnvPodIP)
 	webhookAddr := f.listenAddress
@@ -172,11 +184,20 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	if adminAddr == "" {
 		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
 	}
+	maxInFlight := int(ep.Spec.Receiver.MaxInFlight)
+	if f.maxInFlight > 0 {
+		maxInFlight = f.maxInFlight
+	}
+	schema := ep.Spec.Database.Schema
 	srv, err := receiver.NewServer(receiver.ServerOptions{
-		WebhookAddr:     webhookAddr,
-		AdminAddr:       adminAddr,
-		Webhook:         handler,
-		DB:              pool,
+		WebhookAddr: webhookAddr,
+		AdminAddr:   adminAddr,
+		Webhook:     handler,
+		Endpoint:    ep.Key(),
+		MaxInFlight: maxInFlight,
+		DB:          pool,
+		// Ready only once the migration has brought the schema to this binary's version.
+		Schema:          func(ctx context.Context) error { return store.CheckSchema(ctx, pool, schema) },
 		Gatherer:        reg,
 		Tasks:           tasks,
 		DrainDelay:      f.drainDelay,
@@ -186,8 +207,8 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting receiver", "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
-		"dispatcher", f.dispatcher, "maxConnections", ep.Spec.Database.MaxConnections)
+	log.Info("starting receiver", "version", version.Get().String(), "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
+		"dispatcher", f.dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", maxInFlight)
 	return srv.Run(ctx)
 }
 
@@ -225,4 +246,26 @@ func startCPUProfile(path string) (func(), error) {
 		pprof.StopCPUProfile()
 		_ = out.Close()
 	}, nil
+}
+
+// parkingInterval is how often a receiver expires parked events past parkFor and
+// refreshes the parked-events gauges. Every replica does it: expiry takes each entity's
+// lock, so replicas never expire an event twice.
+const parkingInterval = 30 * time.Second
+
+// parkingReporter publishes what RunParking saw.
+func parkingReporter(endpoint string, log logr.Logger) func(receipt.ParkingReport, error) {
+	return func(rep receipt.ParkingReport, err error) {
+		if err != nil {
+			log.Error(err, "expiring parked events failed; retrying", "interval", parkingInterval)
+			return
+		}
+		metrics.ParkedEvents.WithLabelValues(endpoint).Set(float64(rep.Parked))
+		metrics.ParkedOldestAge.WithLabelValues(endpoint).Set(rep.OldestAge.Seconds())
+		if rep.Expired > 0 {
+			metrics.ParkedExpired.WithLabelValues(endpoint).Add(float64(rep.Expired))
+			log.Info("parked events expired: they waited longer than stateMachine.parkFor for their entity; 'hookkeeper replay --receipts --outcome expired' re-drives them",
+				"expired", rep.Expired)
+		}
+	}
 }

@@ -166,9 +166,10 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 		flags receiverFlags
 		want  string
 	}{
-		"no endpoint":    {receiverFlags{logLevel: "info"}, config.EnvEndpoint},
-		"bad log level":  {receiverFlags{logLevel: "chatty"}, "--log-level"},
-		"negative group": {receiverFlags{logLevel: "info", groupMaxEvents: -1}, "--group-commit-max-events"},
+		"no endpoint":        {receiverFlags{logLevel: "info"}, config.EnvEndpoint},
+		"bad log level":      {receiverFlags{logLevel: "chatty"}, "--log-level"},
+		"negative group":     {receiverFlags{logLevel: "info", groupMaxEvents: -1}, "--group-commit-max-events"},
+		"negative in flight": {receiverFlags{logLevel: "info", maxInFlight: -1}, "--max-in-flight"},
 	} {
 		err := runReceiver(context.Background(), tc.flags)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

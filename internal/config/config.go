@@ -289,6 +289,7 @@ func compileSpec(spec *v1alpha1.WebhookEndpointSpec) (*Extractor, *statemachine.
 	add(validateDatabase(spec))
 	add(validateDelivery(spec))
 	add(validateReceiver(spec))
+	add(validateExposure(spec))
 	if len(problems) > 0 {
 		return nil, nil, &ValidationError{Problems: problems}
 	}
@@ -335,6 +336,10 @@ func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
 	if r := p.Refetch; r != nil && r.BaseURL != "" {
 		if err := httpURL(r.BaseURL); err != nil {
 			errs = append(errs, expr.Errorf("spec.provider.refetch.baseURL", "%v", err))
+		} else if u, _ := url.Parse(r.BaseURL); u.Scheme != "https" && !r.AllowInsecureHTTP {
+			// The API key goes to this URL: never in clear text unless a test asks.
+			errs = append(errs, expr.Errorf("spec.provider.refetch.baseURL",
+				"must be https (it receives the API key); set spec.provider.refetch.allowInsecureHTTP for a local http stand-in"))
 		}
 	}
 	if n := len(spec.SigningSecrets); n < 1 || n > 4 {
@@ -502,6 +507,10 @@ func validateReceiver(spec *v1alpha1.WebhookEndpointSpec) error {
 	}
 	if r.MaxBodyBytes < 1024 || r.MaxBodyBytes > 32<<20 {
 		errs = append(errs, expr.Errorf("spec.receiver.maxBodyBytes", "must be between 1024 and 33554432, got %d", r.MaxBodyBytes))
+	}
+	// Zero is the default (config.DefaultMaxInFlight), for specs that skipped defaulting.
+	if r.MaxInFlight < 0 || r.MaxInFlight > 4096 {
+		errs = append(errs, expr.Errorf("spec.receiver.maxInFlight", "must be between 1 and 4096, got %d", r.MaxInFlight))
 	}
 	if r.Replicas != nil && *r.Replicas < 0 {
 		errs = append(errs, expr.Errorf("spec.receiver.replicas", "must not be negative"))

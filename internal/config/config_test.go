@@ -44,26 +44,27 @@ func TestPresets(t *testing.T) {
 		{
 			provider: v1alpha1.ProviderGitHub,
 			body:     `{"action":"opened","pull_request":{"html_url":"https://github.com/o/r/pull/7"},"repository":{"full_name":"o/r"}}`,
-			header:   http.Header{"X-Github-Delivery": {"d-1"}, "X-Github-Event": {"pull_request"}, "X-Hub-Signature-256": {"sha256=00"}},
-			want:     event.Event{ID: "d-1", Type: "pull_request.opened", EntityKey: "https://github.com/o/r/pull/7"},
+			header:   http.Header{"X-Github-Delivery": {"d-1"}, "X-Github-Event": {"pull_request"}},
+			want:     event.Event{ID: "{digest}", Type: "pull_request.opened", EntityKey: "https://github.com/o/r/pull/7"},
 		},
 		{
 			provider: v1alpha1.ProviderGitHub,
 			body:     `{"ref":"refs/heads/main","repository":{"full_name":"o/r"}}`,
 			header:   http.Header{"X-Github-Delivery": {"d-2"}, "X-Github-Event": {"push"}},
-			want:     event.Event{ID: "d-2", Type: "push", EntityKey: "o/r"},
+			want:     event.Event{ID: "{digest}", Type: "push", EntityKey: "o/r"},
 		},
 		{
 			provider: v1alpha1.ProviderStandardWebhooks,
 			body:     `{"type":"invoice.paid","timestamp":"2026-03-01T12:00:00Z","data":{"id":"inv_9","amount":4200}}`,
-			header:   http.Header{"Webhook-Id": {"msg_1"}, "Webhook-Signature": {"v1,xx"}},
+			header:   http.Header{"Webhook-Id": {"msg_1"}},
 			want:     event.Event{ID: "msg_1", Type: "invoice.paid", EntityKey: "inv_9", Amount: ptr[int64](4200), OccurredAt: &occurred},
 		},
 		{
 			provider: v1alpha1.ProviderShopify,
-			body:     `{"id":820982911946154508,"total_price":"10.00"}`,
-			header:   http.Header{"X-Shopify-Webhook-Id": {"b54557e4"}, "X-Shopify-Topic": {"orders/paid"}, "X-Shopify-Triggered-At": {"2026-03-01T12:00:00Z"}, "X-Shopify-Hmac-Sha256": {"zz"}},
-			want:     event.Event{ID: "b54557e4", Type: "orders/paid", EntityKey: "820982911946154508", OccurredAt: &occurred},
+			body:     `{"id":820982911946154508,"total_price":"10.00","updated_at":"2026-03-01T13:00:00+01:00"}`,
+			// The unsigned Triggered-At is not read: the body's updated_at is.
+			header: http.Header{"X-Shopify-Webhook-Id": {"b54557e4"}, "X-Shopify-Topic": {"orders/paid"}, "X-Shopify-Triggered-At": {"2099-01-01T00:00:00Z"}},
+			want:   event.Event{ID: "orders/paid:{digest}", Type: "orders/paid", EntityKey: "820982911946154508", OccurredAt: &occurred},
 		},
 		{
 			provider: v1alpha1.ProviderSlack,
@@ -84,22 +85,12 @@ func TestPresets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.provider)+"/"+tc.want.Type, func(t *testing.T) {
-			spec := v1alpha1.WebhookEndpointSpec{Provider: v1alpha1.ProviderSpec{Type: tc.provider}}
-			if tc.provider == v1alpha1.ProviderHMAC {
-				spec.Provider.HMAC = &v1alpha1.HMACSpec{Header: "X-Signature"}
-			}
-			x, err := NewExtractor(spec)
-			if err != nil {
-				t.Fatalf("NewExtractor: %v", err)
-			}
-			h := tc.header
-			if h == nil {
-				h = http.Header{}
-			}
-			evs, err := x.Extract([]byte(tc.body), h)
+			x := extractorFor(t, tc.provider, v1alpha1.EventSpec{})
+			evs, err := signedExtract(t, x, tc.provider, []byte(tc.body), tc.header, testNow)
 			if err != nil {
 				t.Fatalf("Extract: %v", err)
 			}
+			tc.want.ID = strings.ReplaceAll(tc.want.ID, "{digest}", digestOf([]byte(tc.body)))
 			if len(evs) != 1 {
 				t.Fatalf("got %d events, want 1", len(evs))
 			}
@@ -137,14 +128,11 @@ func deref[T any](p *T) any {
 }
 
 func TestAdyenBatchYieldsOneEventPerItem(t *testing.T) {
-	x, err := NewExtractor(v1alpha1.WebhookEndpointSpec{Provider: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := extractorFor(t, v1alpha1.ProviderAdyen, v1alpha1.EventSpec{})
 	body := `{"live":"false","notificationItems":[
 	 {"NotificationRequestItem":{"pspReference":"A","eventCode":"AUTHORISATION","success":"true","merchantReference":"o1","amount":{"value":5,"currency":"EUR"}}},
 	 {"NotificationRequestItem":{"pspReference":"A","eventCode":"CAPTURE","success":"true","merchantReference":"o1","amount":{"value":5,"currency":"EUR"}}}]}`
-	evs, err := x.Extract([]byte(body), http.Header{})
+	evs, err := signedExtract(t, x, v1alpha1.ProviderAdyen, []byte(body), nil, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,21 +143,14 @@ func TestAdyenBatchYieldsOneEventPerItem(t *testing.T) {
 	if err := json.Unmarshal(evs[1].Payload, &item); err != nil || item["eventCode"] != "CAPTURE" {
 		t.Fatalf("payload of item 2 is not the item's JSON: %s", evs[1].Payload)
 	}
-	if _, err := x.Extract([]byte(`{"live":"false","notificationItems":[]}`), http.Header{}); !errors.Is(err, ErrBadPayload) {
+	if _, err := signedExtract(t, x, v1alpha1.ProviderAdyen, []byte(`{"live":"false","notificationItems":[]}`), nil, testNow); !errors.Is(err, ErrBadPayload) {
 		t.Fatalf("empty batch: err = %v, want ErrBadPayload", err)
 	}
 }
 
 func TestExtractOverridesAndOptionalFields(t *testing.T) {
-	spec := v1alpha1.WebhookEndpointSpec{
-		Provider: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
-		Event:    v1alpha1.EventSpec{EntityKey: "body.data.object.metadata.client_txn_id"},
-	}
-	x, err := NewExtractor(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs, err := x.Extract([]byte(`{"id":"evt_2","type":"payment_intent.succeeded","data":{"object":{"amount":"12","metadata":{"client_txn_id":"txn-9"}}}}`), http.Header{})
+	x := extractorFor(t, v1alpha1.ProviderStripe, v1alpha1.EventSpec{EntityKey: "body.data.object.metadata.client_txn_id"})
+	evs, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(`{"id":"evt_2","type":"payment_intent.succeeded","data":{"object":{"amount":"12","metadata":{"client_txn_id":"txn-9"}}}}`), nil, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +158,7 @@ func TestExtractOverridesAndOptionalFields(t *testing.T) {
 		t.Fatalf("event = %+v", ev)
 	}
 	// Optional fields that fail on a payload are left empty; the event still records.
-	evs, err = x.Extract([]byte(`{"id":"evt_3","type":"balance.available","data":{"object":{"amount":1.5}}}`), http.Header{})
+	evs, err = signedExtract(t, x, v1alpha1.ProviderStripe, []byte(`{"id":"evt_3","type":"balance.available","data":{"object":{"amount":1.5}}}`), nil, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,19 +166,16 @@ func TestExtractOverridesAndOptionalFields(t *testing.T) {
 		t.Fatalf("event = %+v, want no entity key and no amount", ev)
 	}
 	for _, body := range []string{`{"type":"x"}`, `{"id":"","type":"x"}`, `{"id":"e"}`, `[1]`, `not json`, `{"id":"e","type":"x"} trailing`} {
-		if _, err := x.Extract([]byte(body), http.Header{}); !errors.Is(err, ErrBadPayload) {
+		if _, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(body), nil, testNow); !errors.Is(err, ErrBadPayload) {
 			t.Errorf("Extract(%s): err = %v, want ErrBadPayload", body, err)
 		}
 	}
 }
 
 func TestExtractFormEncodedPayload(t *testing.T) {
-	x, err := NewExtractor(v1alpha1.WebhookEndpointSpec{Provider: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderGitHub}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := extractorFor(t, v1alpha1.ProviderGitHub, v1alpha1.EventSpec{})
 	h := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "X-Github-Delivery": {"d"}, "X-Github-Event": {"ping"}}
-	evs, err := x.Extract([]byte(`payload=%7B%22zen%22%3A%22hi%22%2C%22repository%22%3A%7B%22full_name%22%3A%22o%2Fr%22%7D%7D`), h)
+	evs, err := signedExtract(t, x, v1alpha1.ProviderGitHub, []byte(`payload=%7B%22zen%22%3A%22hi%22%2C%22repository%22%3A%7B%22full_name%22%3A%22o%2Fr%22%7D%7D`), h, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ const (
 	DefaultConcurrency    = 16
 	DefaultReplicas       = 2
 	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxInFlight    = 64
 	DefaultDatabasePort   = 5432
 	DefaultSignedContent  = "{body}"
 	DefaultParkFor        = 72 * time.Hour
@@ -85,6 +86,9 @@ func ApplyDefaults(spec *v1alpha1.WebhookEndpointSpec) {
 	stringDefault(&r.Path, DefaultPath)
 	if r.MaxBodyBytes == 0 {
 		r.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if r.MaxInFlight == 0 {
+		r.MaxInFlight = DefaultMaxInFlight
 	}
 	if np := spec.NetworkPolicy.Egress; np != nil && np.DatabasePort == 0 {
 		np.DatabasePort = DefaultDatabasePort

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
-	"net/url"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types/ref"
@@ -15,6 +15,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // Preset holds a provider's default extraction expressions (see the package
@@ -23,7 +24,11 @@ type Preset struct {
 	ID, Type, EntityKey, Amount, OccurredAt string
 }
 
-// Presets are the provider defaults; spec.event overrides them field by field.
+// Presets are the provider defaults; spec.event overrides them field by field. They read
+// what the provider signs wherever the provider signs it (docs/providers.md, "What the
+// signature covers"): where the event id is not signed, the id is derived from the
+// signed body's digest (signed.digest), so a captured request replayed with new
+// headers is a duplicate, never a new event.
 var Presets = map[v1alpha1.ProviderType]Preset{
 	v1alpha1.ProviderStripe: {
 		ID:         `body.id`,
@@ -40,23 +45,32 @@ var Presets = map[v1alpha1.ProviderType]Preset{
 		OccurredAt: `body.eventDate`,
 	},
 	v1alpha1.ProviderGitHub: {
-		ID:   `headers["x-github-delivery"]`,
+		// X-GitHub-Delivery and X-GitHub-Event are not signed. A redelivery resends the
+		// same body, so the body digest dedupes it; a captured body replayed under
+		// another X-GitHub-Event (or delivery id) is a duplicate too.
+		ID:   `signed.digest`,
 		Type: `headers["x-github-event"] + (has(body.action) ? "." + string(body.action) : "")`,
 		EntityKey: `has(body.pull_request) ? body.pull_request.html_url : ` +
 			`has(body.issue) ? body.issue.html_url : body.repository.full_name`,
 	},
 	v1alpha1.ProviderStandardWebhooks: {
-		ID:         `headers["webhook-id"]`,
+		// The id of the header set that verified (webhook-id or svix-id): the other
+		// set's id header is not signed.
+		ID:         `signed.id`,
 		Type:       `body.type`,
 		EntityKey:  `body.data.id`,
 		Amount:     `body.data.amount`,
 		OccurredAt: `body.timestamp`,
 	},
 	v1alpha1.ProviderShopify: {
-		ID:         `headers["x-shopify-webhook-id"]`,
+		// Shopify signs only the body. The topic is in no signed field, so it stays
+		// the type and is bound into the id: one body under two topics (orders/paid and
+		// orders/updated render the same order) is two events, and replaying a body
+		// with a new X-Shopify-Webhook-Id or X-Shopify-Triggered-At is a duplicate.
+		ID:         `headers["x-shopify-topic"] + ":" + signed.digest`,
 		Type:       `headers["x-shopify-topic"]`,
 		EntityKey:  `body.id`,
-		OccurredAt: `headers["x-shopify-triggered-at"]`,
+		OccurredAt: `has(body.updated_at) ? body.updated_at : body.created_at`,
 	},
 	v1alpha1.ProviderSlack: {
 		ID:         `body.event_id`,
@@ -73,7 +87,10 @@ var Presets = map[v1alpha1.ProviderType]Preset{
 // Extractor reads events out of verified requests with CEL programs compiled once. It
 // is immutable and safe for concurrent use.
 type Extractor struct {
-	provider   v1alpha1.ProviderType
+	provider v1alpha1.ProviderType
+	// tolerance bounds how far in the future an occurredAt may lie (the provider's
+	// signature tolerance): a later one is discarded.
+	tolerance  time.Duration
 	id, typ    *expr.Program
 	entityKey  *expr.Program
 	amount     *expr.Program
@@ -82,11 +99,15 @@ type Extractor struct {
 	dropHeader string
 }
 
-// NewExtractorEnv returns the CEL environment of extraction expressions.
+// NewExtractorEnv returns the CEL environment of extraction expressions: body (the
+// signed document), headers (as received, mostly unsigned) and signed (the values the
+// signature covers besides the body: digest, and id and timestamp where the scheme
+// signs them; see signature.Verified.Signed).
 func NewExtractorEnv() (*cel.Env, error) {
 	return expr.NewEnv(
 		cel.Variable("body", cel.DynType),
 		cel.Variable("headers", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("signed", cel.MapType(cel.StringType, cel.StringType)),
 	)
 }
 
@@ -100,7 +121,10 @@ func NewExtractor(spec v1alpha1.WebhookEndpointSpec) (*Extractor, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Extractor{provider: spec.Provider.Type}
+	x := &Extractor{provider: spec.Provider.Type, tolerance: signature.DefaultTolerance}
+	if spec.Provider.Tolerance != nil && spec.Provider.Tolerance.Duration > 0 {
+		x.tolerance = spec.Provider.Tolerance.Duration
+	}
 	if spec.Provider.HMAC != nil {
 		x.dropHeader = strings.ToLower(spec.Provider.HMAC.Header)
 	}
@@ -151,64 +175,62 @@ func NewExtractor(spec v1alpha1.WebhookEndpointSpec) (*Extractor, error) {
 // ErrBadPayload wraps every Extract error: the receiver answers 400.
 var ErrBadPayload = errors.New("bad payload")
 
-// Extract reads the events of a verified request. Adyen requests yield one event per
-// notificationItems[].NotificationRequestItem (body is the item); every other provider
-// yields one. id and type are required: a payload without them is an error (400).
-// entityKey, amount and occurredAt are optional: when their expression fails on a
-// payload (a missing field, a value of the wrong shape) the field is left empty, so an
-// event the state machine does not care about is still recorded and acknowledged.
-func (x *Extractor) Extract(body []byte, header http.Header) ([]event.Event, error) {
+// ErrUnstorable wraps (with ErrBadPayload) the Extract error of an authentic event that
+// PostgreSQL cannot store unaltered: a JSON document with a \u0000 escape or a lone
+// surrogate (jsonb refuses them), bytes that are not UTF-8, or an id, type or entity key
+// with a NUL or invalid UTF-8 (text refuses them). Storing an altered copy would record
+// and forward something the provider did not sign, and mapping ids could merge two
+// events into one; so the event is refused with a 4xx the receiver counts (outcome
+// "unstorable"), instead of failing the transaction with a 503 on every retry.
+var ErrUnstorable = errors.New("the event cannot be stored unaltered")
+
+// Extract reads the events of a verified request, from the documents the verifier
+// parsed and checked (v.Documents) and never from the raw body: Adyen requests yield
+// one event per verified notificationItems[].NotificationRequestItem (body is the
+// item); every other provider yields one. The Content-Type header plays no part: which
+// document a body holds is decided by its bytes (signature.Document). id and type are
+// required: a payload without them is an error (400). entityKey, amount and occurredAt
+// are optional: when their expression fails on a payload (a missing field, a value of
+// the wrong shape) the field is left empty, so an event the state machine does not care
+// about is still recorded and acknowledged. An occurredAt later than the request time
+// plus the provider's tolerance is discarded (the event is recorded without a time), so
+// no claimed future time moves an entity's clock.
+func (x *Extractor) Extract(v *signature.Verified, header http.Header) ([]event.Event, error) {
+	docs, err := v.Documents()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
+	}
 	headers := KeptHeaders(header, x.dropHeader)
-	payload, err := jsonPayload(body, header)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
-	}
-	if x.provider != v1alpha1.ProviderAdyen {
-		ev, err := x.extractOne(payload, headers)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
+	for name, value := range headers {
+		if strings.IndexByte(value, 0) >= 0 || strings.IndexByte(name, 0) >= 0 {
+			return nil, fmt.Errorf("%w: %w: header %q holds a NUL byte", ErrBadPayload, ErrUnstorable, name)
 		}
-		return []event.Event{ev}, nil
 	}
-	items, err := AdyenItems(payload)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
+	signed := v.Signed()
+	if x.provider != v1alpha1.ProviderAdyen && len(docs) != 1 {
+		return nil, fmt.Errorf("%w: expected one document, the verifier returned %d", ErrBadPayload, len(docs))
 	}
-	evs := make([]event.Event, 0, len(items))
-	for i, item := range items {
-		ev, err := x.extractOne(item, headers)
+	if len(docs) == 0 {
+		return nil, fmt.Errorf("%w: the Adyen notification has no notificationItems", ErrBadPayload)
+	}
+	evs := make([]event.Event, 0, len(docs))
+	for i, doc := range docs {
+		ev, err := x.extractOne(doc, headers, signed, v.Now())
 		if err != nil {
-			return nil, fmt.Errorf("%w: notificationItems[%d]: %w", ErrBadPayload, i, err)
+			if x.provider == v1alpha1.ProviderAdyen {
+				return nil, fmt.Errorf("%w: notificationItems[%d]: %w", ErrBadPayload, i, err)
+			}
+			return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
 		}
 		evs = append(evs, ev)
 	}
 	return evs, nil
 }
 
-// AdyenItems returns the raw JSON of each notificationItems[].NotificationRequestItem.
-func AdyenItems(payload []byte) ([]json.RawMessage, error) {
-	var batch struct {
-		NotificationItems []struct {
-			Item json.RawMessage `json:"NotificationRequestItem"`
-		} `json:"notificationItems"`
+func (x *Extractor) extractOne(raw []byte, headers, signed map[string]string, now time.Time) (event.Event, error) {
+	if err := storableJSON(raw); err != nil {
+		return event.Event{}, err
 	}
-	if err := json.Unmarshal(payload, &batch); err != nil {
-		return nil, fmt.Errorf("parse Adyen notification: %w", err)
-	}
-	if len(batch.NotificationItems) == 0 {
-		return nil, errors.New("the Adyen notification has no notificationItems")
-	}
-	items := make([]json.RawMessage, len(batch.NotificationItems))
-	for i, it := range batch.NotificationItems {
-		if len(it.Item) == 0 || string(it.Item) == "null" {
-			return nil, fmt.Errorf("notificationItems[%d] has no NotificationRequestItem", i)
-		}
-		items[i] = it.Item
-	}
-	return items, nil
-}
-
-func (x *Extractor) extractOne(raw []byte, headers map[string]string) (event.Event, error) {
 	parsed, err := expr.DecodeJSON(raw)
 	if err != nil {
 		return event.Event{}, err
@@ -217,7 +239,7 @@ func (x *Extractor) extractOne(raw []byte, headers map[string]string) (event.Eve
 	if !ok {
 		return event.Event{}, errors.New("payload is not a JSON object")
 	}
-	vars := map[string]any{"body": body, "headers": headers}
+	vars := map[string]any{"body": body, "headers": headers, "signed": signed}
 	ev := event.Event{Payload: json.RawMessage(raw), Headers: headers, Body: body}
 
 	if ev.ID, err = requiredString(x.id, vars); err != nil {
@@ -231,13 +253,21 @@ func (x *Extractor) extractOne(raw []byte, headers map[string]string) (event.Eve
 			ev.EntityKey = s
 		}
 	}
+	for _, f := range []struct{ name, value string }{{"id", ev.ID}, {"type", ev.Type}, {"entityKey", ev.EntityKey}} {
+		if !storableText(f.value) {
+			return event.Event{}, fmt.Errorf("%w: %s holds a NUL or bytes that are not UTF-8", ErrUnstorable, f.name)
+		}
+	}
 	if v := optional(x.amount, vars); v != nil {
 		if n, err := expr.AsInt(v); err == nil {
 			ev.Amount = &n
 		}
 	}
 	if v := optional(x.occurredAt, vars); v != nil {
-		if t, err := expr.AsTime(v); err == nil {
+		// Never beyond the request time plus the tolerance: a claimed future time
+		// (a forged header, a broken clock) would make every genuine later event of
+		// the entity look stale. Such a time is not believed, and not replaced either.
+		if t, err := expr.AsTime(v); err == nil && !now.IsZero() && !t.After(now.Add(x.tolerance)) {
 			ev.OccurredAt = &t
 		}
 	}
@@ -273,22 +303,86 @@ func optional(p *expr.Program, vars map[string]any) ref.Val {
 	return v
 }
 
-// jsonPayload returns the JSON document of a request: the body, or for form-encoded
-// requests (GitHub's form content type, Slack interactivity) the `payload` field.
-func jsonPayload(body []byte, header http.Header) ([]byte, error) {
-	// An unparsable Content-Type is treated as JSON: the body parse then decides.
-	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
-		return body, nil
+// storableText reports whether PostgreSQL's text type takes s unaltered.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// storableJSON returns an ErrUnstorable error when PostgreSQL's jsonb would refuse (or
+// alter) the JSON text raw: bytes that are not UTF-8, a \u0000 escape, or a \u escape of
+// a surrogate that is not a high one followed by a low one. Go's decoder accepts all of
+// them (mapping lone surrogates to U+FFFD), so they are looked for in the text itself.
+// Malformed JSON is left to the decoder.
+func storableJSON(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return fmt.Errorf("%w: the JSON holds bytes that are not UTF-8", ErrUnstorable)
 	}
-	form, err := url.ParseQuery(string(body))
-	if err != nil {
-		return nil, errors.New("form body cannot be parsed")
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(raw) {
+				return nil
+			}
+			if raw[i+1] != 'u' {
+				i++
+				continue
+			}
+			code, ok := hex4(raw, i+2)
+			if !ok {
+				return nil
+			}
+			i += 5
+			switch {
+			case code == 0:
+				return fmt.Errorf("%w: the JSON holds a \\u0000 escape", ErrUnstorable)
+			case code >= 0xDC00 && code <= 0xDFFF:
+				return fmt.Errorf("%w: the JSON holds a lone low surrogate escape", ErrUnstorable)
+			case code >= 0xD800 && code <= 0xDBFF:
+				low, ok := -1, false
+				if i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+					low, ok = hex4(raw, i+3)
+				}
+				if !ok || low < 0xDC00 || low > 0xDFFF {
+					return fmt.Errorf("%w: the JSON holds a high surrogate escape without its low surrogate", ErrUnstorable)
+				}
+				i += 6
+			}
+		}
 	}
-	p := form.Get("payload")
-	if p == "" {
-		return nil, errors.New("form body has no payload field")
+	return nil
+}
+
+// hex4 decodes the four hex digits at raw[at:at+4].
+func hex4(raw []byte, at int) (int, bool) {
+	if at+4 > len(raw) {
+		return 0, false
 	}
-	return []byte(p), nil
+	n := 0
+	for _, c := range raw[at : at+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | int(d)
+	}
+	return n, true
 }
 
 // KeptHeaders returns the headers worth storing and showing to CEL: lower-cased names,

@@ -24,6 +24,10 @@ import (
 // maxRecordBatch caps the results written by one statement.
 const maxRecordBatch = 512
 
+// leaseMargin is how long before its lease ends a delivery must be over, for the
+// cancellation to take effect and for clock rates to differ.
+const leaseMargin = time.Second
+
 // Dispatcher delivers one endpoint's outbox rows.
 type Dispatcher struct {
 	pool       *pgxpool.Pool
@@ -149,7 +153,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 		}
 		if due && held <= d.opts.Concurrency && ctx.Err() == nil {
 			limit := min(maxHeld-held, d.opts.BatchSize)
+			// The lease runs from the statement's start in the database, which is after
+			// this moment: the fence counts from here, not from when the rows arrive.
 			began := time.Now()
+			leaseEnd := began.Add(d.opts.Lease)
 			rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease)
 			if err == nil && len(rows) == 0 {
 				quietUntil = time.Now().Add(min(d.opts.PollInterval, 10*time.Since(began)))
@@ -165,9 +172,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 				due = false
 			default:
 				failures = 0
-				claimedAt := time.Now()
 				for _, r := range rows {
-					r.claimedAt = claimedAt
+					r.leaseEnd = leaseEnd
 					held++
 					work <- r
 				}
@@ -199,13 +205,19 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 // context (ended at shutdown), hard the one that cuts requests off after the grace.
 func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
 	res := result{ID: r.ID, Attempt: r.Attempt}
-	// A row that waited in the queue so long that its lease could end during the
-	// attempt goes back unsent rather than risk a concurrent second delivery.
-	if stop.Err() != nil || time.Since(r.claimedAt)+d.opts.Timeout > d.opts.Lease-time.Second {
+	// A row whose lease could end during the attempt (its claim was slow, or it waited
+	// in the queue) goes back unsent rather than risk a concurrent second delivery by
+	// the dispatcher that claims it next.
+	fence := r.leaseEnd.Add(-leaseMargin)
+	if stop.Err() != nil || time.Until(fence) < d.opts.Timeout {
 		res.Outcome, res.Done = outcomeUnsent, time.Now()
 		return res
 	}
-	a := d.post(hard, r)
+	// The request is also cut off at the fence, whatever the timeout says: past the
+	// lease's end another dispatcher may already be posting the same row.
+	postCtx, cancel := context.WithDeadline(hard, fence)
+	a := d.post(postCtx, r)
+	cancel()
 	res.Done = time.Now()
 	switch {
 	case a.err == nil && a.status >= 200 && a.status < 300:

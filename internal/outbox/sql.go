@@ -24,8 +24,12 @@ type row struct {
 	// Attempt is the attempts column after the claim: this attempt's number and the fence
 	// its result is recorded under.
 	Attempt int
-	// claimedAt is when the lease began, by this process's clock.
-	claimedAt time.Time
+	// leaseEnd is, by this process's monotonic clock, a time no later than the end of
+	// the lease the claim took: the claim statement computes lease_until from its
+	// transaction's start, which comes after the moment the claim was sent, so the
+	// lease's length counted from that moment never overshoots, however long the
+	// statement waited (a lock, a slow network, a paused process) before it returned.
+	leaseEnd time.Time
 }
 
 // outcome is what became of one claimed row.

@@ -25,13 +25,14 @@ type Pinger interface {
 // port to the internet never exposes metrics or probes.
 type admin struct {
 	db       Pinger
+	schema   func(ctx context.Context) error
 	draining *atomic.Bool
 	log      logr.Logger
 	mux      *http.ServeMux
 }
 
-func newAdmin(db Pinger, draining *atomic.Bool, gatherer prometheus.Gatherer, log logr.Logger) *admin {
-	a := &admin{db: db, draining: draining, log: log, mux: http.NewServeMux()}
+func newAdmin(db Pinger, schema func(ctx context.Context) error, draining *atomic.Bool, gatherer prometheus.Gatherer, log logr.Logger) *admin {
+	a := &admin{db: db, schema: schema, draining: draining, log: log, mux: http.NewServeMux()}
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: promLogger{log},
 	}))
@@ -48,8 +49,9 @@ func (a *admin) healthz(w http.ResponseWriter, _ *http.Request) {
 	writePlain(w, http.StatusOK, "ok\n")
 }
 
-// readyz takes the pod out of the Service while it drains or cannot reach the
-// database, so providers' retries land on a replica that can commit.
+// readyz takes the pod out of the Service while it drains, cannot reach the database
+// or finds the database without the schema this binary needs (a receiver started
+// before its migration), so providers' retries land on a replica that can commit.
 func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	if a.draining.Load() {
 		writePlain(w, http.StatusServiceUnavailable, "shutting down\n")
@@ -61,6 +63,14 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 		a.log.V(1).Info("readiness check failed", "error", err.Error())
 		writePlain(w, http.StatusServiceUnavailable, "database unreachable\n")
 		return
+	}
+	if a.schema != nil {
+		if err := a.schema(ctx); err != nil {
+			// The message names the schema and the versions, never the URL.
+			a.log.V(1).Info("readiness check failed", "error", err.Error())
+			writePlain(w, http.StatusServiceUnavailable, err.Error()+"\n")
+			return
+		}
 	}
 	writePlain(w, http.StatusOK, "ok\n")
 }

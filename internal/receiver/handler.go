@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -33,11 +36,13 @@ const (
 	outcomeRejected  = "rejected"
 	outcomeError     = "error"
 	outcomeHandshake = "handshake"
+	// outcomeUnstorable: an authentic event PostgreSQL cannot store unaltered (422).
+	outcomeUnstorable = "unstorable"
 )
 
 // Extractor reads the events of a verified body; *config.Extractor is one.
 type Extractor interface {
-	Extract(body []byte, header http.Header) ([]event.Event, error)
+	Extract(verified *signature.Verified, header http.Header) ([]event.Event, error)
 }
 
 // Recorder commits events with their effects in one transaction; *receipt.Recorder is one.
@@ -74,6 +79,9 @@ type HandlerOptions struct {
 	// Clock is the request time given to the verifier; time.Now when nil.
 	Clock  func() time.Time
 	Logger logr.Logger
+	// RejectionLogInterval: after the first, at most one rejection line per reason per
+	// interval is logged; DefaultRejectionLogInterval when zero.
+	RejectionLogInterval time.Duration
 }
 
 // handler serves webhook deliveries: cap -> read -> verify -> extract -> record -> ack.
@@ -81,6 +89,10 @@ type handler struct {
 	opts HandlerOptions
 	// Metric children resolved once: the endpoint label never changes.
 	duration prometheus.Observer
+	// rejections logs rejected requests, rate-limited per reason.
+	rejections *rejectionLog
+	// guardErrors remembers the guard errors already logged.
+	guardErrors seenOnce
 }
 
 // NewHandler returns the webhook handler.
@@ -100,7 +112,11 @@ func NewHandler(opts HandlerOptions) (http.Handler, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	return &handler{opts: opts, duration: metrics.RequestDuration.WithLabelValues(opts.Endpoint)}, nil
+	return &handler{
+		opts:       opts,
+		duration:   metrics.RequestDuration.WithLabelValues(opts.Endpoint),
+		rejections: newRejectionLog(opts.Logger, opts.Endpoint, opts.RejectionLogInterval),
+	}, nil
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -117,33 +133,46 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { h.duration.Observe(time.Since(start).Seconds()) }()
 	log := h.opts.Logger
 
-	// 1. Cap, then read the raw bytes the signature covers.
+	// 1. Cap, then read the raw bytes the signature covers. Rejections are logged
+	// rate-limited per reason: anyone on the public URL can send them at will.
 	if r.ContentLength > h.opts.MaxBodyBytes {
-		log.Info("webhook rejected: body too large", "contentLength", r.ContentLength, "limit", h.opts.MaxBodyBytes)
+		h.rejections.Info("body_too_large", "webhook rejected: body too large", "contentLength", r.ContentLength, "limit", h.opts.MaxBodyBytes)
 		h.reject(w, http.StatusRequestEntityTooLarge, "request body too large")
 		return
 	}
-	body, err := readBody(w, r, h.opts.MaxBodyBytes)
+	buf, err := readBody(w, r, h.opts.MaxBodyBytes)
 	if err != nil {
 		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-			log.Info("webhook rejected: body too large", "limit", h.opts.MaxBodyBytes)
+			h.rejections.Info("body_too_large", "webhook rejected: body too large", "limit", h.opts.MaxBodyBytes)
 			h.reject(w, http.StatusRequestEntityTooLarge, "request body too large")
 			return
 		}
-		log.Info("webhook rejected: body unreadable", "error", err.Error())
+		h.rejections.Info("body_unreadable", "webhook rejected: body unreadable", "error", err.Error())
 		h.reject(w, http.StatusBadRequest, "request body unreadable")
 		return
 	}
+	body := buf.Bytes()
+	// The buffer goes back to the pool when the request is done, unless a recorder that
+	// failed may still hold the events (a group-commit leader can outlive a member
+	// whose context ended), which may alias the body.
+	recycle := true
+	defer func() {
+		if recycle {
+			putBody(buf)
+		}
+	}()
 
 	// 2. Verify before trusting anything in the body. The error's detail names what
 	// was wrong, never a header value or a digest.
-	if err := h.opts.Verifier.Verify(signature.Request{Header: r.Header, Body: body, Now: h.opts.Clock()}); err != nil {
+	// Open returns the documents it verified, parsed once; extraction reads only those.
+	verified, err := h.opts.Verifier.Open(signature.Request{Header: r.Header, Body: body, Now: h.opts.Clock()})
+	if err != nil {
 		reason := string(signature.ReasonOf(err))
 		if reason == "" {
 			reason = "error"
 		}
 		metrics.SignatureFailures.WithLabelValues(h.opts.Endpoint, reason).Inc()
-		log.Info("webhook rejected: signature", "reason", reason, "error", err.Error(), "remote", r.RemoteAddr)
+		h.rejections.Info("signature/"+reason, "webhook rejected: signature", "reason", reason, "error", err.Error(), "remote", r.RemoteAddr)
 		h.reject(w, http.StatusUnauthorized, "signature verification failed")
 		return
 	}
@@ -159,12 +188,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// 3. Extract id, type, entity, amount and time.
-	events, err := h.opts.Extractor.Extract(body, r.Header)
+	events, err := h.opts.Extractor.Extract(verified, r.Header)
 	if err == nil && len(events) == 0 {
 		err = errors.New("the payload holds no event")
 	}
 	if err != nil {
-		log.Info("webhook rejected: payload", "error", err.Error())
+		h.rejections.Info("payload", "webhook rejected: payload", "error", err.Error())
+		if errors.Is(err, config.ErrUnstorable) {
+			// Authentic but not storable unaltered (NUL, not UTF-8): a clear 422,
+			// counted as outcome "unstorable", not a 503 on every retry.
+			h.respond(w, http.StatusUnprocessableEntity, outcomeUnstorable, "text/plain; charset=utf-8", []byte("payload cannot be stored unaltered\n"))
+			return
+		}
 		h.reject(w, http.StatusBadRequest, "payload not understood")
 		return
 	}
@@ -175,6 +210,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	results, err := h.opts.Recorder.RecordBatch(ctx, events)
 	cancel()
 	if err != nil {
+		recycle = false
 		h.unavailable(w, start, events, err, r.Context().Err() != nil)
 		return
 	}
@@ -183,16 +219,33 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ack(w, start, events, results)
 }
 
-// readBody reads at most limit bytes; a longer body fails with *http.MaxBytesError.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
+// maxPooledBody is the largest buffer kept for reuse: typical webhook bodies fit, and
+// one large body does not pin its memory in the pool.
+const maxPooledBody = 64 << 10
+
+// bodyPool holds *bytes.Buffer for request bodies.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads at most limit bytes into a pooled buffer; a longer body fails with
+// *http.MaxBytesError. The buffer grows with the bytes that arrive, never with the
+// Content-Length a client announces: a client that announces a large body and sends
+// nothing costs no more than one that announces nothing. Give it back with putBody.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (*bytes.Buffer, error) {
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		return nil, err
+		putBody(buf)
+		return nil, fmt.Errorf("read request body: %w", err)
 	}
-	return buf.Bytes(), nil
+	return buf, nil
+}
+
+// putBody returns buf to the pool unless it grew too large to keep.
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		buf.Reset()
+		bodyPool.Put(buf)
+	}
 }
 
 // unavailable answers 503 with Retry-After: nothing was committed, and the provider's
@@ -235,9 +288,10 @@ func (h *handler) ack(w http.ResponseWriter, start time.Time, events []event.Eve
 			continue
 		}
 		duplicate = false
-		metrics.Transitions.WithLabelValues(h.opts.Endpoint, string(res.Outcome)).Inc()
-		h.opts.Logger.V(1).Info("webhook recorded", "eventID", ev.ID, "type", ev.Type, "entity", ev.EntityKey,
-			"outcome", res.Outcome, "detail", res.Detail, "latency", latency)
+		h.recorded(res, ev.ID, ev.Type, ev.EntityKey, latency)
+		for _, rel := range res.Released {
+			h.recorded(rel, rel.EventID, "", ev.EntityKey, latency)
+		}
 		if outcome == "" || res.Outcome == receipt.OutcomeApplied {
 			outcome = string(res.Outcome)
 		}
@@ -254,6 +308,41 @@ func (h *handler) ack(w http.ResponseWriter, start time.Time, events []event.Eve
 		contentType = "application/json"
 	}
 	h.respond(w, http.StatusOK, outcome, contentType, body)
+}
+
+// recorded counts and logs one decision: a delivered event's, or a parked event's that
+// the delivery released. A guard that failed to evaluate is logged at error level once
+// per distinct error (the metric counts every one).
+func (h *handler) recorded(res receipt.Result, id, typ, entity string, latency time.Duration) {
+	metrics.Transitions.WithLabelValues(h.opts.Endpoint, string(res.Outcome)).Inc()
+	if res.Outcome == receipt.OutcomeGuardError {
+		metrics.GuardErrors.WithLabelValues(h.opts.Endpoint, res.Transition).Inc()
+		if h.guardErrors.first(res.Detail) {
+			h.opts.Logger.Error(nil, "a guard failed to evaluate: the event was recorded as guard_error and nothing applied; fix the guard, then replay it (hookkeeper replay --receipts)",
+				"transition", res.Transition, "error", res.Detail, "eventID", id)
+		}
+	}
+	h.opts.Logger.V(1).Info("webhook recorded", "eventID", id, "type", typ, "entity", entity,
+		"outcome", res.Outcome, "detail", res.Detail, "transition", res.Transition, "latency", latency)
+}
+
+// seenOnce remembers up to 256 distinct strings, so a repeated error is logged once.
+type seenOnce struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *seenOnce) first(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[key] || len(s.seen) >= 256 {
+		return false
+	}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[key] = true
+	return true
 }
 
 type ackJSON struct {

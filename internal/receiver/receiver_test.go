@@ -60,7 +60,7 @@ type fixture struct {
 type fixtureOptions struct {
 	provider     v1alpha1.ProviderType
 	maxBodyBytes int64
-	// appTable binds to public.orders (the seed's table) instead of managed entities.
+	// appTable binds to public.orders (the Stripe sample's table) instead of managed entities.
 	appTable bool
 }
 

@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
 )
 
 // DefaultShutdownTimeout bounds how long in-flight requests may take to finish after
@@ -47,8 +50,18 @@ type ServerOptions struct {
 	AdminAddr   string
 	// Webhook handles deliveries on WebhookAddr; see NewHandler.
 	Webhook http.Handler
+	// Endpoint is the endpoint key ("namespace/name"), the metrics' endpoint label.
+	Endpoint string
+	// MaxInFlight caps the webhook requests handled at once (spec.receiver.maxInFlight);
+	// beyond it a request gets 503 with Retry-After before its body is read. Zero means
+	// DefaultMaxInFlight.
+	MaxInFlight int
 	// DB backs /readyz.
 	DB Pinger
+	// Schema, when set, is checked by /readyz after the ping: it returns an error that
+	// says what is missing when the database cannot serve this receiver (no schema, an
+	// older version), and the error's text is the body of the 503.
+	Schema func(ctx context.Context) error
 	// Gatherer is what /metrics exposes.
 	Gatherer prometheus.Gatherer
 	// Tasks run beside the servers and stop after the webhook server has drained.
@@ -79,9 +92,13 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
 	s := &Server{opts: opts}
-	s.webhook = newHTTPServer(opts.Webhook, opts.Logger.WithName("webhook"))
-	s.admin = newHTTPServer(newAdmin(opts.DB, &s.draining, opts.Gatherer, opts.Logger.WithName("admin")), opts.Logger.WithName("admin"))
+	webhookLog := opts.Logger.WithName("webhook")
+	s.webhook = newHTTPServer(limitInFlight(opts.Webhook, opts.Endpoint, opts.MaxInFlight, webhookLog), webhookLog)
+	s.admin = newHTTPServer(newAdmin(opts.DB, opts.Schema, &s.draining, opts.Gatherer, opts.Logger.WithName("admin")), opts.Logger.WithName("admin"))
 	return s, nil
 }
 
@@ -178,4 +195,49 @@ func (s *Server) Serve(ctx context.Context, webhookLn, adminLn net.Listener) err
 		errs = append([]error{cause}, errs...)
 	}
 	return errors.Join(errs...)
+}
+
+// outcomeOverloaded is the outcome label of a request refused because maxInFlight
+// requests were in flight.
+const outcomeOverloaded = "overloaded"
+
+// DefaultMaxInFlight is the in-flight cap when ServerOptions.MaxInFlight is zero; the
+// same as the CRD default of spec.receiver.maxInFlight.
+const DefaultMaxInFlight = 64
+
+// limitInFlight admits at most limit requests into next at once and answers the rest
+// 503 with Retry-After at once, before any body byte is read. It never queues: a queue
+// would hold the very connections the limit exists to shed, and the provider retries.
+func limitInFlight(next http.Handler, endpoint string, limit int, log logr.Logger) http.Handler {
+	slots := make(chan struct{}, limit)
+	inFlight := metrics.InFlight.WithLabelValues(endpoint)
+	overloaded := metrics.Overloaded.WithLabelValues(endpoint)
+	refused := metrics.Requests.WithLabelValues(endpoint, strconv.Itoa(http.StatusServiceUnavailable), outcomeOverloaded)
+	rejections := newRejectionLog(log, endpoint, DefaultRejectionLogInterval)
+	body := []byte("too many requests in flight, retry later\n")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			overloaded.Inc()
+			refused.Inc()
+			rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight", "maxInFlight", limit)
+			h := w.Header()
+			h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			h.Set("Content-Type", "text/plain; charset=utf-8")
+			h.Set("Content-Length", strconv.Itoa(len(body)))
+			h.Set("Cache-Control", "no-store")
+			// The unread body is not worth a slot: close rather than drain it.
+			h.Set("Connection", "close")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write(body)
+			return
+		}
+		inFlight.Inc()
+		defer func() {
+			inFlight.Dec()
+			<-slots
+		}()
+		next.ServeHTTP(w, r)
+	})
 }

@@ -61,13 +61,15 @@ func New(provider v1alpha1.ProviderSpec, apiKey string, opts Options) (*Refetche
 		timeout = spec.Timeout.Duration
 	}
 	s, err := NewStripe(StripeOptions{
-		APIKey:     apiKey,
-		BaseURL:    spec.BaseURL,
-		APIVersion: opts.APIVersion,
-		Timeout:    timeout,
-		CacheTTL:   opts.CacheTTL,
-		Client:     opts.Client,
-		Logger:     opts.Logger,
+		APIKey:  apiKey,
+		BaseURL: spec.BaseURL,
+		// Only a spec that says so sends the key over plain http.
+		AllowInsecureHTTP: spec.AllowInsecureHTTP,
+		APIVersion:        opts.APIVersion,
+		Timeout:           timeout,
+		CacheTTL:          opts.CacheTTL,
+		Client:            opts.Client,
+		Logger:            opts.Logger,
 	})
 	if err != nil {
 		return nil, err

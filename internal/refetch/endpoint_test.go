@@ -23,8 +23,10 @@ func stripeProvider(baseURL string, transitions ...string) v1alpha1.ProviderSpec
 		Refetch: &v1alpha1.RefetchSpec{
 			APIKeySecretRef: v1alpha1SecretRef("stripe-api", "key"),
 			BaseURL:         baseURL,
-			Transitions:     transitions,
-			Timeout:         &metav1.Duration{Duration: 2 * time.Second},
+			// The tests' stubs serve plain http on 127.0.0.1.
+			AllowInsecureHTTP: strings.HasPrefix(baseURL, "http://"),
+			Transitions:       transitions,
+			Timeout:           &metav1.Duration{Duration: 2 * time.Second},
 		},
 	}
 }

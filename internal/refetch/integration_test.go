@@ -65,8 +65,10 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 				Refetch: &v1alpha1.RefetchSpec{
 					APIKeySecretRef: v1alpha1SecretRef("stripe-api", "restricted-key"),
 					BaseURL:         stub.URL(),
-					Transitions:     []string{"capture"},
-					Timeout:         &metav1.Duration{Duration: timeout},
+					// The stub serves plain http on 127.0.0.1.
+					AllowInsecureHTTP: true,
+					Transitions:       []string{"capture"},
+					Timeout:           &metav1.Duration{Duration: timeout},
 				},
 			},
 			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: v1alpha1SecretRef("stripe-webhook", "current")}},

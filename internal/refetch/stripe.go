@@ -68,8 +68,12 @@ var stripeID = regexp.MustCompile(`^[A-Za-z0-9_]{1,255}$`)
 type StripeOptions struct {
 	// APIKey is a secret or restricted key with read access to the fetched objects.
 	APIKey string
-	// BaseURL of the API; StripeAPI when empty.
+	// BaseURL of the API; StripeAPI when empty. It must be https: the API key is sent to
+	// it.
 	BaseURL string
+	// AllowInsecureHTTP permits an http BaseURL, for a local stand-in of the API in tests
+	// (spec.provider.refetch.allowInsecureHTTP).
+	AllowInsecureHTTP bool
 	// APIVersion is sent as Stripe-Version when set; otherwise the account's default
 	// API version shapes the object.
 	APIVersion string
@@ -102,7 +106,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	if strings.ContainsAny(opts.APIKey, " \t\r\n") {
 		return nil, errors.New("refetch: the Stripe API key contains whitespace")
 	}
-	base, err := parseBaseURL(opts.BaseURL)
+	base, err := parseBaseURL(opts.BaseURL, opts.AllowInsecureHTTP)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +125,9 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 				IdleConnTimeout:     90 * time.Second,
 				TLSHandshakeTimeout: 10 * time.Second,
 			},
+			// A redirect would carry the key's request somewhere the spec does not name
+			// (or to plain http): a 3xx is a failed call, not a hop to follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
 	return &Stripe{
@@ -134,7 +141,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 	}, nil
 }
 
-func parseBaseURL(raw string) (*url.URL, error) {
+func parseBaseURL(raw string, allowHTTP bool) (*url.URL, error) {
 	if raw == "" {
 		raw = StripeAPI
 	}
@@ -142,8 +149,14 @@ func parseBaseURL(raw string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refetch: parse base URL: %w", err)
 	}
-	if u.Scheme != "https" && u.Scheme != "http" {
-		return nil, fmt.Errorf("refetch: base URL %q: scheme must be https (or http for a local stand-in)", u.Redacted())
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && allowHTTP:
+	case u.Scheme == "http":
+		// The API key would cross the network in clear text.
+		return nil, fmt.Errorf("refetch: base URL %q: must be https, it receives the API key (spec.provider.refetch.allowInsecureHTTP permits http for a local stand-in)", u.Redacted())
+	default:
+		return nil, fmt.Errorf("refetch: base URL %q: scheme must be https", u.Redacted())
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("refetch: base URL %q has no host", u.Redacted())

@@ -54,7 +54,7 @@ func (b *logBuffer) String() string {
 
 func newStripe(t *testing.T, stub *stripeStub, mod func(*refetch.StripeOptions)) *refetch.Stripe {
 	t.Helper()
-	opts := refetch.StripeOptions{APIKey: testAPIKey, BaseURL: stub.URL(), Timeout: 2 * time.Second, CacheTTL: -1}
+	opts := refetch.StripeOptions{APIKey: testAPIKey, BaseURL: stub.URL(), AllowInsecureHTTP: true, Timeout: 2 * time.Second, CacheTTL: -1}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -194,7 +194,7 @@ func TestStripeTransportError(t *testing.T) {
 	stub := newStripeStub(t)
 	url := stub.URL()
 	stub.srv.Close()
-	s, err := refetch.NewStripe(refetch.StripeOptions{APIKey: testAPIKey, BaseURL: url, Timeout: 2 * time.Second})
+	s, err := refetch.NewStripe(refetch.StripeOptions{APIKey: testAPIKey, BaseURL: url, AllowInsecureHTTP: true, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestStripeRejectedKeyIsUnavailableAndNeverLeaks(t *testing.T) {
 	stub := newStripeStub(t)
 	var logs logBuffer
 	const wrongKey = "sk_test_WRONGkeyThatMustNotLeak987654321"
-	s, err := refetch.NewStripe(refetch.StripeOptions{APIKey: wrongKey, BaseURL: stub.URL(), Timeout: 2 * time.Second, Logger: logs.logger()})
+	s, err := refetch.NewStripe(refetch.StripeOptions{APIKey: wrongKey, BaseURL: stub.URL(), AllowInsecureHTTP: true, Timeout: 2 * time.Second, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +251,8 @@ func TestNewStripeRefusesBadConfiguration(t *testing.T) {
 		"key with newline":   {APIKey: testAPIKey + "\n"},
 		"credentials in URL": {APIKey: testAPIKey, BaseURL: "https://user:" + testAPIKey + "@api.stripe.com"},
 		"ftp URL":            {APIKey: testAPIKey, BaseURL: "ftp://api.stripe.com"},
+		"plain http":         {APIKey: testAPIKey, BaseURL: "http://api.stripe.com"},
+		"plain HTTP":         {APIKey: testAPIKey, BaseURL: "HTTP://api.stripe.com"},
 	}
 	for name, opts := range cases {
 		_, err := refetch.NewStripe(opts)

@@ -1,9 +1,6 @@
 package resources
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,18 +11,18 @@ import (
 )
 
 // MigrationHash identifies what a migration Job migrates: the schema, the image and the
-// database (reference and URL value). A Job with another hash is stale and runs again.
-func MigrationHash(ep *v1alpha1.WebhookEndpoint, opts Options, databaseURL []byte) string {
-	h := sha256.New()
+// database (reference and URL value), keyed like ConfigHash so the annotation is no
+// digest of the URL. A Job with another hash is stale and runs again.
+func MigrationHash(key []byte, ep *v1alpha1.WebhookEndpoint, opts Options, databaseURL []byte) string {
+	h := newKeyedHash(key)
 	for _, part := range [][]byte{
 		[]byte(ep.Spec.Database.Schema), []byte(image(ep, opts)),
 		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key),
 		databaseURL,
 	} {
-		h.Write([]byte{byte(len(part) >> 24), byte(len(part) >> 16), byte(len(part) >> 8), byte(len(part))})
-		h.Write(part)
+		h.write(part)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.sum()
 }
 
 // MigrationJob runs `hookkeeper migrate` once for the schema version of this binary.

@@ -22,11 +22,13 @@ const (
 	ComponentReceiver  = "receiver"
 	ComponentMigration = "migration"
 
-	// AnnotationConfigHash on the pod template carries the hash of the rendered config
-	// and of the referenced Secrets' values, so a rotation rolls the pods.
+	// AnnotationConfigHash on the pod template carries the keyed hash (ConfigHash) of
+	// the rendered config and of the referenced Secrets' values, so a rotation rolls the
+	// pods.
 	AnnotationConfigHash = "hookkeeper.dev/config-hash"
 	// AnnotationMigrationHash on the migration Job records what it migrated (schema,
-	// image, database reference and URL hash); a mismatch means the Job must run again.
+	// image, database reference and URL, keyed: MigrationHash); a mismatch means the
+	// Job must run again.
 	AnnotationMigrationHash = "hookkeeper.dev/migration-hash"
 )
 

@@ -1,9 +1,6 @@
 package resources
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -155,24 +152,19 @@ func SecretNames(ep *v1alpha1.WebhookEndpoint) []string {
 	return names
 }
 
-// ConfigHash is the sha256 of the rendered config and of the values of the referenced
-// Secret keys (only those keys: an unrelated key in the same Secret changes nothing).
-// values maps "name/key" to the value. Each part is length-prefixed so no two inputs
-// share an encoding.
-func ConfigHash(r Rendered, values map[string][]byte) string {
-	h := sha256.New()
-	write := func(b []byte) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	write(r.JSON)
+// ConfigHash is the HMAC-SHA256, under the per-install key, of the rendered config and
+// of the values of the referenced Secret keys (only those keys: an unrelated key in the
+// same Secret changes nothing). values maps "name/key" to the value. It changes when
+// the config or a referenced value does, and without key it says nothing about the
+// values (see keyedHash).
+func ConfigHash(key []byte, r Rendered, values map[string][]byte) string {
+	h := newKeyedHash(key)
+	h.write(r.JSON)
 	for _, ref := range r.Refs {
 		id := ref.Name + "/" + ref.Key
-		write([]byte(ref.EnvVar))
-		write([]byte(id))
-		write(values[id])
+		h.write([]byte(ref.EnvVar))
+		h.write([]byte(id))
+		h.write(values[id])
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return h.sum()
 }

@@ -1,6 +1,9 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -142,7 +145,7 @@ func TestConfigHash(t *testing.T) {
 	ep := endpoint()
 	r, _ := Render(ep, now)
 	base := map[string][]byte{"stripe/current": []byte("whsec_a"), "stripe/previous": []byte("whsec_b"), "db-app/uri": []byte("postgres://x")}
-	h0 := ConfigHash(r, base)
+	h0 := ConfigHash(testKey, r, base)
 	with := func(k, v string) map[string][]byte {
 		m := map[string][]byte{}
 		for kk, vv := range base {
@@ -168,12 +171,12 @@ func TestConfigHash(t *testing.T) {
 		hash   string
 		differ bool
 	}{
-		{"same inputs", ConfigHash(r, base), false},
-		{"unrelated key in a referenced Secret", ConfigHash(r, with("stripe/unrelated", "x")), false},
-		{"rotated signing secret", ConfigHash(r, with("stripe/current", "whsec_c")), true},
-		{"new database URL", ConfigHash(r, with("db-app/uri", "postgres://y")), true},
-		{"config change", ConfigHash(r2, base), true},
-		{"secret expired", func() string { r3, _ := Render(ep, now.Add(2*time.Hour)); return ConfigHash(r3, base) }(), true},
+		{"same inputs", ConfigHash(testKey, r, base), false},
+		{"unrelated key in a referenced Secret", ConfigHash(testKey, r, with("stripe/unrelated", "x")), false},
+		{"rotated signing secret", ConfigHash(testKey, r, with("stripe/current", "whsec_c")), true},
+		{"new database URL", ConfigHash(testKey, r, with("db-app/uri", "postgres://y")), true},
+		{"config change", ConfigHash(testKey, r2, base), true},
+		{"secret expired", func() string { r3, _ := Render(ep, now.Add(2*time.Hour)); return ConfigHash(testKey, r3, base) }(), true},
 	} {
 		if (tc.hash != h0) != tc.differ {
 			t.Errorf("%s: hash differs=%v, want %v", tc.name, tc.hash != h0, tc.differ)
@@ -182,6 +185,40 @@ func TestConfigHash(t *testing.T) {
 	if strings.Contains(h0, "whsec") || len(h0) != 64 {
 		t.Errorf("hash %q is not a sha256 hex digest", h0)
 	}
+	// Keyed: without the per-install key the annotation is no digest anyone can
+	// recompute from guessed values.
+	if plain := unkeyedHash(8, configParts(r, base)...); h0 == plain {
+		t.Error("ConfigHash is the plain SHA-256 of its inputs: weak secrets can be guessed offline")
+	}
+	if ConfigHash([]byte("another-install-key-0123456789ab"), r, base) == h0 {
+		t.Error("ConfigHash does not depend on the key")
+	}
+}
+
+// testKey stands for the per-install hash key.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// unkeyedHash is SHA-256 over length-prefixed parts (n-byte big-endian lengths): what the
+// rollout hashes were before they were keyed.
+func unkeyedHash(n int, parts ...[]byte) string {
+	h := sha256.New()
+	for _, b := range parts {
+		l := make([]byte, 8)
+		binary.BigEndian.PutUint64(l, uint64(len(b)))
+		h.Write(l[8-n:])
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// configParts are ConfigHash's inputs in order.
+func configParts(r Rendered, values map[string][]byte) [][]byte {
+	parts := [][]byte{r.JSON}
+	for _, ref := range r.Refs {
+		id := ref.Name + "/" + ref.Key
+		parts = append(parts, []byte(ref.EnvVar), []byte(id), values[id])
+	}
+	return parts
 }
 
 func TestDeployment(t *testing.T) {
@@ -324,7 +361,7 @@ func TestDeployment(t *testing.T) {
 func TestMigrationJob(t *testing.T) {
 	ep := endpoint()
 	opts := options(t, ep, now)
-	j := MigrationJob(ep, opts, MigrationHash(ep, opts, []byte("postgres://a")))
+	j := MigrationJob(ep, opts, MigrationHash(testKey, ep, opts, []byte("postgres://a")))
 	if j.Name != MigrationJobName(ep) || j.Spec.TTLSecondsAfterFinished != nil || j.Spec.BackoffLimit == nil {
 		t.Errorf("job %s ttl %v backoff %v", j.Name, j.Spec.TTLSecondsAfterFinished, j.Spec.BackoffLimit)
 	}
@@ -346,23 +383,32 @@ func TestMigrationJob(t *testing.T) {
 	if strings.Join(names, ",") != config.EnvEndpoint+","+config.EnvDatabaseURL {
 		t.Errorf("env = %v: the migration needs only the endpoint and the database", names)
 	}
-	h := MigrationHash(ep, opts, []byte("postgres://a"))
+	h := MigrationHash(testKey, ep, opts, []byte("postgres://a"))
 	for name, other := range map[string]string{
-		"database URL": MigrationHash(ep, opts, []byte("postgres://b")),
+		"database URL": MigrationHash(testKey, ep, opts, []byte("postgres://b")),
 		"schema": func() string {
 			e := endpoint()
 			e.Spec.Database.Schema = "other"
-			return MigrationHash(e, opts, []byte("postgres://a"))
+			return MigrationHash(testKey, e, opts, []byte("postgres://a"))
 		}(),
-		"image": MigrationHash(ep, Options{Image: "other"}, []byte("postgres://a")),
+		"image": MigrationHash(testKey, ep, Options{Image: "other"}, []byte("postgres://a")),
 	} {
 		if other == h {
 			t.Errorf("a new %s must run the migration again", name)
 		}
 	}
+	plain := unkeyedHash(4, []byte(ep.Spec.Database.Schema), []byte(image(ep, opts)),
+		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key), []byte("postgres://a"))
+	if h == plain || h == unkeyedHash(8, []byte(ep.Spec.Database.Schema), []byte(image(ep, opts)),
+		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key), []byte("postgres://a")) {
+		t.Error("MigrationHash is the plain SHA-256 of its inputs: the database URL can be guessed offline")
+	}
+	if MigrationHash([]byte("another-install-key-0123456789ab"), ep, opts, []byte("postgres://a")) == h {
+		t.Error("MigrationHash does not depend on the key")
+	}
 	ep2 := endpoint()
 	ep2.Spec.Receiver.Replicas = ptr.To[int32](5)
-	if MigrationHash(ep2, opts, []byte("postgres://a")) != h {
+	if MigrationHash(testKey, ep2, opts, []byte("postgres://a")) != h {
 		t.Error("scaling the receiver must not re-run the migration")
 	}
 }
@@ -551,7 +597,7 @@ func TestMonitoring(t *testing.T) {
 			t.Errorf("PrometheusRule does not use %s", name)
 		}
 	}
-	for _, alert := range []string{"HookkeeperOutboxLagging", "HookkeeperDeadLetters", "HookkeeperSignatureFailureSpike", "HookkeeperDuplicateRateJump"} {
+	for _, alert := range []string{"HookkeeperOutboxLagging", "HookkeeperDeadLetters", "HookkeeperParkedEventsExpired", "HookkeeperGuardErrors", "HookkeeperSignatureFailureSpike", "HookkeeperDuplicateRateJump"} {
 		if !strings.Contains(string(raw), alert) {
 			t.Errorf("missing alert %s", alert)
 		}

@@ -26,8 +26,9 @@ type adyenVerifier struct {
 
 // adyenItem is one notification item reduced to what its signature covers.
 type adyenItem struct {
-	fields    [8]string // the signed fields, in signing order
-	signature string    // additionalData.hmacSignature, still base64
+	fields    [8]string       // the signed fields, in signing order
+	signature string          // additionalData.hmacSignature, still base64
+	raw       json.RawMessage // the NotificationRequestItem object exactly as in the body
 }
 
 // signedParts returns the fields joined with ':' as Adyen signs them.
@@ -215,7 +216,7 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 			return adyenItem{}, errors.New("additionalData has a key that differs from hmacSignature only in case")
 		}
 	}
-	var it adyenItem
+	it := adyenItem{raw: wrapper["NotificationRequestItem"]}
 	fields := []struct {
 		name   string
 		raw    json.RawMessage
@@ -242,40 +243,65 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 }
 
 func (v *adyenVerifier) Verify(req Request) error {
+	_, err := v.Open(req)
+	return err
+}
+
+// Open returns the notification items as the documents: with the HmacSignature header,
+// the items of the signed body; without it, exactly the items whose own signatures were
+// checked, as they appear in the body. The body is parsed once, here, as JSON whatever
+// the Content-Type says.
+func (v *adyenVerifier) Open(req Request) (*Verified, error) {
 	keys, ferr := v.core.active(req.Now)
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	size := v.core.macSize()
 	if present(req.Header, HeaderAdyenHmacSignature) || len(req.Header.Values(HeaderAdyenHmacSignature)) > 1 {
 		value, ferr := singleHeader(req.Header, HeaderAdyenHmacSignature)
 		if ferr != nil {
-			return ferr
+			return nil, ferr
 		}
 		sig, ok := decodeSignature(v1alpha1.EncodingBase64, value, size)
 		if !ok {
-			return fail(ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
+			return nil, fail(ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
 		}
 		if !v.core.match(keys, [][]byte{sig}, req.Body) {
-			return fail(ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)
+			return nil, fail(ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)
 		}
-		return nil
+		verified := &Verified{now: req.Now, signed: map[string]string{SignedDigest: bodyDigest(req.Body)}}
+		items, err := parseAdyenBody(req.Body)
+		if err != nil {
+			verified.docErr = fmt.Errorf("not an Adyen notification: %w", err)
+			return verified, nil
+		}
+		verified.docs = itemDocuments(items)
+		return verified, nil
 	}
 	items, err := parseAdyenBody(req.Body)
 	if err != nil {
-		return fail(ReasonMalformedHeader, "not an Adyen notification: %v", err)
+		return nil, fail(ReasonMalformedHeader, "not an Adyen notification: %v", err)
 	}
 	for i, it := range items {
 		if it.signature == "" {
-			return fail(ReasonMissingHeader, "notification item %d has no additionalData.hmacSignature", i)
+			return nil, fail(ReasonMissingHeader, "notification item %d has no additionalData.hmacSignature", i)
 		}
 		sig, ok := decodeSignature(v1alpha1.EncodingBase64, it.signature, size)
 		if !ok {
-			return fail(ReasonMalformedHeader, "notification item %d: additionalData.hmacSignature is not a base64 HMAC-SHA256", i)
+			return nil, fail(ReasonMalformedHeader, "notification item %d: additionalData.hmacSignature is not a base64 HMAC-SHA256", i)
 		}
 		if !v.core.match(keys, [][]byte{sig}, it.signedParts()...) {
-			return fail(ReasonMismatch, "notification item %d: no active secret produces its hmacSignature", i)
+			return nil, fail(ReasonMismatch, "notification item %d: no active secret produces its hmacSignature", i)
 		}
 	}
-	return nil
+	// No digest: the item signatures cover eight fields, not the body.
+	return &Verified{now: req.Now, docs: itemDocuments(items), signed: map[string]string{}}, nil
+}
+
+func itemDocuments(items []adyenItem) []json.RawMessage {
+	docs := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		docs[i] = it.raw
+	}
+	return docs
 }

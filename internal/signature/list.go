@@ -296,9 +296,14 @@ func newListVerifier(scheme listScheme, tolerance time.Duration, secrets []Secre
 }
 
 func (v *listVerifier) Verify(req Request) error {
+	_, err := v.Open(req)
+	return err
+}
+
+func (v *listVerifier) Open(req Request) (*Verified, error) {
 	keys, ferr := v.core.active(req.Now)
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	set := v.scheme.headerSets[0]
 	for _, candidate := range v.scheme.headerSets {
@@ -309,26 +314,26 @@ func (v *listVerifier) Verify(req Request) error {
 	}
 	sigValue, ferr := singleHeader(req.Header, set.signature)
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	var timestamp, id string
 	if set.timestamp != "" {
 		if timestamp, ferr = singleHeader(req.Header, set.timestamp); ferr != nil {
-			return ferr
+			return nil, ferr
 		}
 	}
 	if set.id != "" {
 		if id, ferr = singleHeader(req.Header, set.id); ferr != nil {
-			return ferr
+			return nil, ferr
 		}
 	}
 	candidates := parseSignatureList(sigValue, v.scheme.prefix, v.scheme.separator, v.scheme.encoding, v.core.macSize())
 	if len(candidates) == 0 {
-		return fail(ReasonMalformedHeader, "header %s carries no signature of the expected form", http.CanonicalHeaderKey(set.signature))
+		return nil, fail(ReasonMalformedHeader, "header %s carries no signature of the expected form", http.CanonicalHeaderKey(set.signature))
 	}
 	if set.timestamp != "" {
 		if ferr := checkTimestamp(http.CanonicalHeaderKey(set.timestamp), timestamp, req.Now, v.tolerance); ferr != nil {
-			return ferr
+			return nil, ferr
 		}
 	}
 	parts := make([][]byte, len(v.scheme.template))
@@ -345,9 +350,16 @@ func (v *listVerifier) Verify(req Request) error {
 		}
 	}
 	if !v.core.match(keys, candidates, parts...) {
-		return fail(ReasonMismatch, "no active secret produces a signature in %s", http.CanonicalHeaderKey(set.signature))
+		return nil, fail(ReasonMismatch, "no active secret produces a signature in %s", http.CanonicalHeaderKey(set.signature))
 	}
-	return nil
+	signed := map[string]string{}
+	if set.timestamp != "" {
+		signed[SignedTimestamp] = timestamp
+	}
+	if set.id != "" {
+		signed[SignedID] = id
+	}
+	return wholeBody(req, signed), nil
 }
 
 // SignStandardWebhooks returns the webhook-signature value ("v1,<base64>") of a message

@@ -40,6 +40,11 @@ type Request struct {
 // Verifier checks one provider's signature scheme against a fixed set of secrets. It is
 // safe for concurrent use.
 type Verifier interface {
+	// Open verifies the request like Verify and returns what the signature vouches
+	// for: the signed documents, parsed once, and the signed values around them.
+	// Events must be extracted from the Verified only, never from the raw request, so
+	// that what is recorded is exactly what was verified.
+	Open(req Request) (*Verified, error)
 	// Verify returns nil when any active (not expired at req.Now) secret verifies the
 	// request, else an *Error. It never fails open: no secrets, an empty secret, a
 	// missing or empty header are all errors.

@@ -59,23 +59,28 @@ func parseStripeHeader(value string, macSize int) (stripeHeader, *Error) {
 }
 
 func (v *stripeVerifier) Verify(req Request) error {
+	_, err := v.Open(req)
+	return err
+}
+
+func (v *stripeVerifier) Open(req Request) (*Verified, error) {
 	keys, ferr := v.core.active(req.Now)
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	value, ferr := singleHeader(req.Header, HeaderStripeSignature)
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	h, ferr := parseStripeHeader(value, v.core.macSize())
 	if ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	if ferr := checkTimestamp(HeaderStripeSignature+" t", h.timestamp, req.Now, v.tolerance); ferr != nil {
-		return ferr
+		return nil, ferr
 	}
 	if !v.core.match(keys, h.signatures, []byte(h.timestamp), []byte("."), req.Body) {
-		return fail(ReasonMismatch, "no active secret produces a v1 signature in %s", HeaderStripeSignature)
+		return nil, fail(ReasonMismatch, "no active secret produces a v1 signature in %s", HeaderStripeSignature)
 	}
-	return nil
+	return wholeBody(req, map[string]string{SignedTimestamp: h.timestamp}), nil
 }

@@ -145,6 +145,45 @@ func CurrentVersion(ctx context.Context, pool *pgxpool.Pool, schema string) (int
 	return v, nil
 }
 
+// ErrSchemaNotReady is wrapped by CheckSchema's errors: the database answers, but
+// lacks the schema this binary needs.
+var ErrSchemaNotReady = errors.New("database schema not ready")
+
+// CheckSchema reports whether schema holds hookkeeper's tables at SchemaVersion or
+// newer (a newer schema is fine: during an upgrade the migration runs before the new
+// receivers replace the old ones). Its error says what is missing and how to fix it,
+// wraps ErrSchemaNotReady when the database answered, and never contains the URL.
+func CheckSchema(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, schema string) error {
+	versions := pgx.Identifier{schema, "goose_db_version"}.Sanitize()
+	var hasSchema, hasVersions bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL`,
+		schema, versions).Scan(&hasSchema, &hasVersions)
+	if err != nil {
+		return fmt.Errorf("check schema %q: %w", schema, err)
+	}
+	var version int64
+	if hasVersions {
+		err := db.QueryRow(ctx, `SELECT COALESCE(max(version_id), 0) FROM `+versions+` WHERE is_applied`).Scan(&version)
+		if err != nil {
+			return fmt.Errorf("read schema version of %q: %w", schema, err)
+		}
+	}
+	switch {
+	case !hasSchema:
+		return fmt.Errorf("%w: schema %q does not exist; run hookkeeper migrate (the operator's migration Job) to create it at version %d",
+			ErrSchemaNotReady, schema, SchemaVersion)
+	case !hasVersions || version == 0:
+		return fmt.Errorf("%w: schema %q has no hookkeeper migrations; run hookkeeper migrate to bring it to version %d",
+			ErrSchemaNotReady, schema, SchemaVersion)
+	case version < SchemaVersion:
+		return fmt.Errorf("%w: schema %q is at version %d, this receiver needs %d; run hookkeeper migrate with this version",
+			ErrSchemaNotReady, schema, version, SchemaVersion)
+	}
+	return nil
+}
+
 func newProvider(db *sql.DB) (*goose.Provider, error) {
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {

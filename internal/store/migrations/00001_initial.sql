@@ -1,4 +1,4 @@
--- The schema of DESIGN.md section 4. Every statement runs with search_path set to the
+-- The schema of docs/architecture.md, "The database schema". Every statement runs with search_path set to the
 -- endpoint's schema (spec.database.schema), so names here are unqualified.
 
 -- +goose Up

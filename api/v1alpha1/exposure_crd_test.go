@@ -1,0 +1,70 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// An Ingress forwards the path unchanged and the receiver serves receiver.path only, so
+// the API server refuses an ingress.path that differs from it (every webhook would get
+// 404), naming the field; empty or equal is accepted, and so is another HTTPRoute prefix
+// (the route rewrites it).
+func TestCRDIngressPathMustMatchReceiverPath(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	ingress := func(path string) *v1alpha1.ExposureSpec {
+		return &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{Host: "hooks.example.com", Path: path}}
+	}
+	cases := []struct {
+		name     string
+		receiver string
+		exposure *v1alpha1.ExposureSpec
+		reject   bool
+	}{
+		{"ingress path empty", "/stripe", ingress(""), false},
+		{"ingress path equal", "/stripe", ingress("/stripe"), false},
+		{"ingress path equal to the default receiver path", "", ingress("/"), false},
+		{"httpRoute path differs", "/stripe", &v1alpha1.ExposureSpec{HTTPRoute: &v1alpha1.HTTPRouteExposure{
+			ParentRefs: []v1alpha1.ParentReference{{Name: "public"}}, Hostnames: []string{"hooks.example.com"}, Path: "/public",
+		}}, false},
+		{"ingress path differs", "/stripe", ingress("/public"), true},
+		{"ingress path is a prefix of the receiver path", "/stripe", ingress("/"), true},
+		{"ingress path differs from the default receiver path", "", ingress("/stripe"), true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := validEndpoint("ingress-path-" + string(rune('a'+i)))
+			w.Spec.Receiver.Path = tc.receiver
+			w.Spec.Exposure = tc.exposure
+			err := c.Create(ctx, w)
+			if err == nil {
+				t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
+			}
+			if !tc.reject {
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("admission accepted an ingress.path that differs from receiver.path")
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			for _, want := range []string{"spec.exposure.ingress.path", "must be empty or equal to receiver.path"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err.Error(), want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// The refetch API key goes to baseURL: admission refuses plain http unless
+// allowInsecureHTTP says it is a local stand-in.
+func TestCRDRefetchBaseURLNeedsHTTPSOrAllowInsecureHTTP(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cases := []struct {
+		name, baseURL string
+		insecure      bool
+		reject        bool
+	}{
+		{"default API", "", false, false},
+		{"https", "https://stripe-proxy.internal", false, false},
+		{"http", "http://evil.example", false, true},
+		{"HTTP upper case", "HTTP://evil.example", false, true},
+		{"http with allowInsecureHTTP", "http://127.0.0.1:8081", true, false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := validEndpoint("refetch-url-" + string(rune('a'+i)))
+			w.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{
+				APIKeySecretRef:   corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "stripe-api"}, Key: "key"},
+				BaseURL:           tc.baseURL,
+				AllowInsecureHTTP: tc.insecure,
+				Transitions:       []string{"capture"},
+			}
+			err := c.Create(ctx, w)
+			if err == nil {
+				t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
+			}
+			switch {
+			case !tc.reject && err != nil:
+				t.Fatalf("create: %v", err)
+			case tc.reject && err == nil:
+				t.Fatal("admission accepted an http refetch.baseURL without allowInsecureHTTP")
+			case tc.reject && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "allowInsecureHTTP")):
+				t.Fatalf("want an Invalid error naming allowInsecureHTTP, got %v", err)
+			}
+		})
+	}
+}
+
+// receiver.maxInFlight defaults to 64 and stays within 1..4096.
+func TestCRDMaxInFlightDefaultAndBounds(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := validEndpoint("max-in-flight-default")
+	if err := c.Create(ctx, w); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
+	var got v1alpha1.WebhookEndpoint
+	if err := c.Get(ctx, client.ObjectKeyFromObject(w), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Receiver.MaxInFlight != 64 {
+		t.Errorf("receiver.maxInFlight defaulted to %d, want 64", got.Spec.Receiver.MaxInFlight)
+	}
+	for i, n := range []int32{-1, 4097} {
+		w := validEndpoint("max-in-flight-" + string(rune('a'+i)))
+		w.Spec.Receiver.MaxInFlight = n
+		err := c.Create(ctx, w)
+		if err == nil {
+			_ = c.Delete(context.Background(), w)
+			t.Errorf("admission accepted maxInFlight %d", n)
+			continue
+		}
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "maxInFlight") {
+			t.Errorf("maxInFlight %d: want an Invalid error naming it, got %v", n, err)
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+// receiverProcessEnv carries the arguments of `hookkeeper receiver` (a JSON list) to
+// TestReceiverProcess in a re-executed test binary.
+const receiverProcessEnv = "HOOKKEEPER_TEST_RECEIVER_ARGS"
+
+// TestReceiverProcess runs `hookkeeper receiver` as a process of its own, for tests that
+// measure or signal the process; it runs only when re-executed with receiverProcessEnv.
+func TestReceiverProcess(t *testing.T) {
+	raw := os.Getenv(receiverProcessEnv)
+	if raw == "" {
+		t.Skip("runs only as the child process of a receiver process test")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	rootCmd.SetArgs(append([]string{"receiver"}, args...))
+	if err := rootCmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Slow clients that announce a body of maxBodyBytes and send (almost) nothing of it
+// must not make the receiver's memory grow with what they announce: at most
+// maxInFlight (64) are admitted, the rest get 503 with Retry-After at once, and the
+// admitted ones cost what they sent, not 1 MiB each.
+func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T) {
+	const (
+		clients = 300
+		// rssBound is how much the receiver's resident memory may grow. Before the fix,
+		// each connection grew a 1 MiB buffer as soon as its headers arrived.
+		rssBound = 40 << 20
+	)
+	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer sink.Close()
+	manifest := filepath.Join(t.TempDir(), "endpoint.yaml")
+	if err := os.WriteFile(manifest, fmt.Appendf(nil, receiverTestManifest, sink.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	webhookAddr, adminAddr := freeTestAddr(t), freeTestAddr(t)
+	args, _ := json.Marshal([]string{"--endpoint", manifest, "--listen-address", webhookAddr,
+		"--admin-address", adminAddr, "--log-level", "error", "--dispatcher=false"})
+	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
+	child.Env = append(os.Environ(), receiverProcessEnv+"="+string(args),
+		config.EnvDatabaseURL+"="+dbURL, config.EnvSigningSecretPrefix+"0=whsec_memory_test")
+	out := &lockedBuffer{}
+	child.Stdout, child.Stderr = out, out
+	if err := child.Start(); err != nil {
+		t.Fatalf("start receiver: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	defer func() {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = child.Process.Kill()
+			<-exited
+		}
+	}()
+	pid := child.Process.Pid
+	pollUntil(t, "the receiver to be ready", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("receiver exited:\n%s", out.String())
+		default:
+		}
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	baseline := vmRSS(t, pid)
+
+	// Each client sends its headers and the first byte of a 1 MiB body, then stalls.
+	var refused, answered atomic.Int64
+	var conns sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); conns.Wait() }()
+	head := "POST /stripe HTTP/1.1\r\nHost: " + webhookAddr + "\r\nContent-Type: application/json\r\n" +
+		"Stripe-Signature: t=1,v1=00\r\nContent-Length: " + strconv.Itoa(1<<20) + "\r\n\r\n{"
+	for range clients {
+		c, err := net.Dial("tcp", webhookAddr)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		conns.Go(func() {
+			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+			defer stop()
+			defer func() { _ = c.Close() }()
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return
+			}
+			_ = resp.Body.Close()
+			answered.Add(1)
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+				refused.Add(1)
+			}
+		})
+	}
+
+	// Wait until every client is either refused or admitted (in flight), watching the
+	// receiver's memory all along.
+	inFlight := regexp.MustCompile(`(?m)^hookkeeper_webhook_in_flight_requests\{endpoint="shop/payments"\} (\d+)`)
+	peak := baseline
+	admitted := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rss := vmRSS(t, pid)
+		peak = max(peak, rss)
+		if growth := peak - baseline; growth > rssBound {
+			t.Fatalf("receiver RSS grew by %d MiB (from %d to %d MiB) with %d slow clients, want at most %d MiB",
+				growth>>20, baseline>>20, peak>>20, clients, rssBound>>20)
+		}
+		if m := inFlight.FindStringSubmatch(scrape(t, adminAddr)); m != nil {
+			admitted, _ = strconv.Atoi(m[1])
+		}
+		if int(refused.Load())+admitted >= clients {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s: %d clients refused with 503 and Retry-After, %d in flight, %d answered, of %d",
+				refused.Load(), admitted, answered.Load(), clients)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A last look once all are accounted for.
+	peak = max(peak, vmRSS(t, pid))
+	t.Logf("receiver RSS %d MiB before, peak %d MiB with %d slow clients (%d in flight, %d refused)",
+		baseline>>20, peak>>20, clients, admitted, refused.Load())
+	if growth := peak - baseline; growth > rssBound {
+		t.Errorf("receiver RSS grew by %d MiB, want at most %d MiB", growth>>20, rssBound>>20)
+	}
+	if admitted > 64 {
+		t.Errorf("%d requests in flight, want at most maxInFlight (64)", admitted)
+	}
+}
+
+// vmRSS is the resident memory of process pid in bytes.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("read process status: %v", err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("parse VmRSS %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
+}
+
+func scrape(t *testing.T, adminAddr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// lockedBuffer collects a child's output from two pipes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,197 @@
+// Package sigtest signs requests the way each provider does, for tests outside package
+// signature that need authentic requests (extraction, the receiver, fuzzing of whole
+// requests). It computes MACs with crypto/hmac directly, not through package signature,
+// so a test that verifies what sigtest signed checks two implementations against each
+// other. Production code never imports it.
+package sigtest
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// Secrets a test can use per provider, in the form the provider's Secret stores them.
+const (
+	StripeSecret  = "whsec_sigtest_stripe_secret"
+	RawSecret     = "sigtest raw secret" // GitHub, Shopify, Slack, HMAC
+	WhsecSecret   = "whsec_c2lndGVzdCBzdGFuZGFyZCB3ZWJob29rcyBrZXk="
+	AdyenHexKey   = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	HMACHeader    = "X-Signature"
+	HMACPrefix    = "sha256="
+	DefaultWebhID = "msg_sigtest_1"
+)
+
+// Providers lists every provider type, in a stable order.
+var Providers = []v1alpha1.ProviderType{
+	v1alpha1.ProviderStripe, v1alpha1.ProviderAdyen, v1alpha1.ProviderGitHub,
+	v1alpha1.ProviderShopify, v1alpha1.ProviderSlack, v1alpha1.ProviderStandardWebhooks,
+	v1alpha1.ProviderHMAC,
+}
+
+// Spec returns the provider spec sigtest signs for (for HMAC: header X-Signature,
+// prefix sha256=, HMAC-SHA256 hex over the body, raw key).
+func Spec(provider v1alpha1.ProviderType) v1alpha1.ProviderSpec {
+	spec := v1alpha1.ProviderSpec{Type: provider}
+	if provider == v1alpha1.ProviderHMAC {
+		spec.HMAC = &v1alpha1.HMACSpec{Header: HMACHeader, Prefix: HMACPrefix}
+	}
+	return spec
+}
+
+// Secret returns the test secret of a provider, as stored.
+func Secret(provider v1alpha1.ProviderType) string {
+	switch provider {
+	case v1alpha1.ProviderStripe:
+		return StripeSecret
+	case v1alpha1.ProviderAdyen:
+		return AdyenHexKey
+	case v1alpha1.ProviderStandardWebhooks:
+		return WhsecSecret
+	default:
+		return RawSecret
+	}
+}
+
+func mac(key []byte, parts ...string) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write([]byte(p))
+	}
+	return m.Sum(nil)
+}
+
+// Headers returns the signature headers of body for provider at now, added to a copy
+// of extra. Standard Webhooks uses extra's webhook-id (or svix-id when extra carries
+// svix-id) and DefaultWebhID when neither is set. Adyen bodies are signed with the
+// HmacSignature header; use SignAdyenItems for the per-item form.
+func Headers(tb testing.TB, provider v1alpha1.ProviderType, body []byte, now time.Time, extra http.Header) http.Header {
+	tb.Helper()
+	h := extra.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	ts := strconv.FormatInt(now.Unix(), 10)
+	raw := []byte(RawSecret)
+	switch provider {
+	case v1alpha1.ProviderStripe:
+		h.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac([]byte(StripeSecret), ts, ".", string(body))))
+	case v1alpha1.ProviderAdyen:
+		h.Set("HmacSignature", base64.StdEncoding.EncodeToString(mac(adyenKey(tb), string(body))))
+	case v1alpha1.ProviderGitHub:
+		h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac(raw, string(body))))
+	case v1alpha1.ProviderShopify:
+		h.Set("X-Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(mac(raw, string(body))))
+	case v1alpha1.ProviderSlack:
+		h.Set("X-Slack-Request-Timestamp", ts)
+		h.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac(raw, "v0:", ts, ":", string(body))))
+	case v1alpha1.ProviderStandardWebhooks:
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(WhsecSecret, "whsec_"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		prefix := "webhook-"
+		if h.Get("svix-id") != "" {
+			prefix = "svix-"
+		}
+		id := h.Get(prefix + "id")
+		if id == "" {
+			id = DefaultWebhID
+			h.Set(prefix+"id", id)
+		}
+		h.Set(prefix+"timestamp", ts)
+		h.Set(prefix+"signature", "v1,"+base64.StdEncoding.EncodeToString(mac(key, id, ".", ts, ".", string(body))))
+	case v1alpha1.ProviderHMAC:
+		h.Set(HMACHeader, HMACPrefix+hex.EncodeToString(mac(raw, string(body))))
+	default:
+		tb.Fatalf("sigtest: unknown provider %q", provider)
+	}
+	return h
+}
+
+func adyenKey(tb testing.TB) []byte {
+	key, err := hex.DecodeString(AdyenHexKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key
+}
+
+// AdyenItem is the signed part of one Adyen notification item.
+type AdyenItem struct {
+	PSP, Original, Merchant, Reference string
+	Value                              int64
+	Currency, EventCode, Success       string
+}
+
+// Signature returns the item's additionalData.hmacSignature under AdyenHexKey.
+func (it AdyenItem) Signature(tb testing.TB) string {
+	tb.Helper()
+	s := strings.Join([]string{it.PSP, it.Original, it.Merchant, it.Reference,
+		strconv.FormatInt(it.Value, 10), it.Currency, it.EventCode, it.Success}, ":")
+	return base64.StdEncoding.EncodeToString(mac(adyenKey(tb), s))
+}
+
+// JSON returns the NotificationRequestItem object of the item, signed (or with the
+// given signature when sig is not empty), with extra members merged in.
+func (it AdyenItem) JSON(tb testing.TB, sig string, extra map[string]any) map[string]any {
+	tb.Helper()
+	if sig == "" {
+		sig = it.Signature(tb)
+	}
+	item := map[string]any{
+		"pspReference":        it.PSP,
+		"merchantAccountCode": it.Merchant,
+		"merchantReference":   it.Reference,
+		"amount":              map[string]any{"value": it.Value, "currency": it.Currency},
+		"eventCode":           it.EventCode,
+		"success":             it.Success,
+		"additionalData":      map[string]any{"hmacSignature": sig},
+	}
+	if it.Original != "" {
+		item["originalReference"] = it.Original
+	}
+	for k, v := range extra {
+		item[k] = v
+	}
+	return item
+}
+
+// AdyenBody returns a Standard webhook body holding items (NotificationRequestItem
+// objects as returned by AdyenItem.JSON), with extra envelope members merged in.
+func AdyenBody(tb testing.TB, extra map[string]any, items ...map[string]any) []byte {
+	tb.Helper()
+	wrapped := make([]any, len(items))
+	for i, it := range items {
+		wrapped[i] = map[string]any{"NotificationRequestItem": it}
+	}
+	envelope := map[string]any{"live": "false", "notificationItems": wrapped}
+	for k, v := range extra {
+		envelope[k] = v
+	}
+	return Marshal(tb, envelope)
+}
+
+// Marshal encodes v as JSON without HTML escaping: '&', '<' and '>' stay literal, as
+// many providers send them (and as an attacker's smuggled form fields need them).
+func Marshal(tb testing.TB, v any) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		tb.Fatal(fmt.Errorf("marshal: %w", err))
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
