@@ -1,5 +1,5 @@
-// Package reliability holds the crash tests of DESIGN.md section 10 that need a database
-// of their own: PostgreSQL is crashed (immediate stop, crash recovery on restart) while
+// Package reliability holds the crash tests (docs/architecture.md, "Numbers we hold
+// ourselves to", reliability) that need a database of their own: PostgreSQL is crashed (immediate stop, crash recovery on restart) while
 // the receiver is under load, and every acknowledged event must be stored exactly once
 // with exactly one outbox row per applied transition.
 package reliability
