@@ -195,7 +195,7 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 		// may have created for it.
 		c.res = Result{Duplicate: true}
 		if view.created {
-			return []step{execStep(r.sql.undoCreate, r.entityArgs(c.ev.EntityKey))}, nil
+			return []step{execWriteStep(r.sql.undoCreate, r.entityArgs(c.ev.EntityKey))}, nil
 		}
 		return nil, nil
 	}
@@ -358,10 +358,10 @@ func (r *Recorder) writeStep(c *candidate, v verdict, created bool) step {
 				return step{sql: "SELECT 1", read: func(br pgx.BatchResults) error { _, err := br.Exec(); return err }}
 			}
 			args["receipt_id"], args["outcome"] = c.receiptID, string(v.outcome)
-			return execStep(r.sql.setOutcome, args)
+			return execWriteStep(r.sql.setOutcome, args)
 		}
 		args["receipt_id"], args["was"] = c.receiptID, string(c.was)
-		return step{sql: r.sql.applyStored, args: args, read: func(br pgx.BatchResults) error {
+		return step{sql: r.sql.applyStored, args: args, write: true, read: func(br pgx.BatchResults) error {
 			var wroteOutbox bool
 			if err := br.QueryRow().Scan(&wroteOutbox, nil); err != nil {
 				return fmt.Errorf("apply transition %s to stored event %s: %w", v.t.Name, c.ev.ID, err)
@@ -379,7 +379,7 @@ func (r *Recorder) writeStep(c *candidate, v verdict, created bool) step {
 	}
 	if v.outcome != OutcomeApplied {
 		args["outcome"] = string(v.outcome)
-		return step{sql: r.sql.insertOutcome, args: args, read: func(br pgx.BatchResults) error {
+		return step{sql: r.sql.insertOutcome, args: args, write: true, read: func(br pgx.BatchResults) error {
 			if err := br.QueryRow().Scan(&c.res.ReceiptID); err != nil {
 				if errors.Is(err, pgx.ErrNoRows) {
 					c.res = Result{Duplicate: true}
@@ -390,7 +390,7 @@ func (r *Recorder) writeStep(c *candidate, v verdict, created bool) step {
 			return nil
 		}}
 	}
-	return step{sql: r.sql.insertApplied, args: args, read: func(br pgx.BatchResults) error {
+	return step{sql: r.sql.insertApplied, args: args, write: true, read: func(br pgx.BatchResults) error {
 		var wroteOutbox bool
 		if err := br.QueryRow().Scan(&c.res.ReceiptID, &wroteOutbox, nil); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {

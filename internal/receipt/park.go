@@ -30,8 +30,12 @@ const expireBatch = 500
 // ExpireParked closes as expired every parked event received longer than parkFor ago,
 // up to expireBatch entities, and returns how many events it expired.
 func (r *Recorder) ExpireParked(ctx context.Context) (int64, error) {
-	older := pgx.NamedArgs{"endpoint": r.key, "park_for_seconds": r.parkFor.Seconds(), "limit": expireBatch}
-	rows, err := r.pool.Query(ctx, r.sql.expirable, older)
+	q := rewrite(r.sql.expirable)
+	args, err := q.bind(pgx.NamedArgs{"endpoint": r.key, "park_for_seconds": r.parkFor.Seconds(), "limit": expireBatch})
+	if err != nil {
+		return 0, err
+	}
+	rows, err := r.pool.Query(ctx, q.sql, args...)
 	if err != nil {
 		return 0, fmt.Errorf("list expired parked events: %w", err)
 	}
@@ -53,7 +57,7 @@ func (r *Recorder) ExpireParked(ctx context.Context) (int64, error) {
 				}
 				rows.Close()
 				return rows.Err()
-			}}, step{sql: r.sql.expire, args: args, read: func(br pgx.BatchResults) error {
+			}}, step{sql: r.sql.expire, args: args, write: true, read: func(br pgx.BatchResults) error {
 				tag, err := br.Exec()
 				n = tag.RowsAffected()
 				return err
@@ -71,7 +75,12 @@ func (r *Recorder) ExpireParked(ctx context.Context) (int64, error) {
 // ParkedStats counts the endpoint's parked events and the oldest one's age.
 func (r *Recorder) ParkedStats(ctx context.Context) (n int64, oldest time.Duration, err error) {
 	var secs float64
-	if err := r.pool.QueryRow(ctx, r.sql.parkedStats, pgx.NamedArgs{"endpoint": r.key}).Scan(&n, &secs); err != nil {
+	q := rewrite(r.sql.parkedStats)
+	args, err := q.bind(pgx.NamedArgs{"endpoint": r.key})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := r.pool.QueryRow(ctx, q.sql, args...).Scan(&n, &secs); err != nil {
 		return 0, 0, fmt.Errorf("count parked events: %w", err)
 	}
 	return n, time.Duration(secs * float64(time.Second)), nil
