@@ -9,6 +9,12 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 IMG       ?= hookkeeper:latest
+# Image metadata (make image, make docker-build): version from git, OCI labels.
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null)
+CREATED      ?= $(shell git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
+IMAGE_SOURCE ?= https://github.com/hookkeeper/hookkeeper
+PLATFORMS    ?= linux/amd64,linux/arm64
 # Packages whose tests `make test` runs: everything, including test/e2e.
 TEST_PKGS ?= ./...
 TEST_FLAGS ?= -count=1 -timeout 45m
@@ -19,6 +25,10 @@ HELM           := $(BIN)/helm
 KUSTOMIZE      := $(BIN)/kustomize
 CONTROLPLANE   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler
 HOOKKEEPER     := $(BIN)/hookkeeper
+IMAGE_TOOL     := $(BIN)/hookkeeper-image
+# The linux/amd64 image test/image runs in podman (kept while its inputs are unchanged).
+IMAGE_TEST_ARCHIVE := $(BIN)/hookkeeper-linux-amd64.oci.tar
+IMAGE_FLAGS     = -root $(CURDIR) -version $(VERSION) -revision "$(REVISION)" -created "$(CREATED)" -source $(IMAGE_SOURCE)
 
 export KUBEBUILDER_ASSETS := $(BIN)
 export HOOKKEEPER_BIN_DIR := $(BIN)
@@ -63,9 +73,9 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: test
-test: manifests generate fmt vet tools build ## Run every test: unit, PostgreSQL, envtest, manifests and e2e.
+test: manifests generate fmt vet tools build image-test-archive ## Run every test: unit, PostgreSQL, envtest, manifests, e2e and the image in podman.
 	@echo "==> go test $(TEST_PKGS) (PostgreSQL: TEST_DATABASE_URL, else 127.0.0.1:5432, else a throwaway server)"
-	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) HOOKKEEPER_IMAGE_ARCHIVE=$(IMAGE_TEST_ARCHIVE) $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-e2e
 test-e2e: tools build ## Run only the end-to-end suite on the local cluster.
@@ -79,7 +89,7 @@ bench: tools build ## Run the receiver and dispatcher benchmarks and print their
 
 .PHONY: build
 build: ## Build bin/hookkeeper.
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(HOOKKEEPER) ./cmd/hookkeeper
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/hookkeeper/hookkeeper/internal/version.Version=$(VERSION)" -o $(HOOKKEEPER) ./cmd/hookkeeper
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster in ~/.kube/config.
@@ -89,9 +99,30 @@ run: manifests generate ## Run the operator against the cluster in ~/.kube/confi
 dev: tools build ## Start the local cluster with the samples and the scripted demo.
 	$(HOOKKEEPER) dev --demo --bin-dir $(BIN)
 
+.PHONY: image
+image: $(IMAGE_TOOL) ## Build the OCI image index (linux/amd64, linux/arm64) into bin/image without Docker; print digests and sizes.
+	$(IMAGE_TOOL) build $(IMAGE_FLAGS) -platforms $(PLATFORMS) -layout $(BIN)/image -ref-name $(VERSION)
+
+.PHONY: image-archive
+image-archive: $(IMAGE_TOOL) ## Like image, but also write bin/hookkeeper.oci.tar (an OCI archive of the index).
+	$(IMAGE_TOOL) build $(IMAGE_FLAGS) -platforms $(PLATFORMS) -layout $(BIN)/image -archive $(BIN)/hookkeeper.oci.tar -ref-name $(VERSION)
+
+.PHONY: image-test-archive
+image-test-archive: $(IMAGE_TOOL) ## Build the linux/amd64 image as an OCI archive for test/image (kept when unchanged).
+	$(IMAGE_TOOL) build $(IMAGE_FLAGS) -platforms linux/amd64 -archive $(IMAGE_TEST_ARCHIVE) -ref-name hookkeeper:$(VERSION)
+
+.PHONY: image-test-load
+image-test-load: image-test-archive ## Load the linux/amd64 image into podman (needs podman).
+	podman load --input $(IMAGE_TEST_ARCHIVE)
+
+.PHONY: image-sizes
+image-sizes: $(IMAGE_TOOL) ## Print platform, digest and compressed bytes of each image in bin/image (IMAGE_SIZES_FLAGS=-json for JSON).
+	$(IMAGE_TOOL) sizes -layout $(BIN)/image $(IMAGE_SIZES_FLAGS)
+
 .PHONY: docker-build
-docker-build: ## Build the image (needs a Docker engine).
-	docker build -t $(IMG) .
+docker-build: ## Build the same image with a Docker engine (one platform; see docs/image.md).
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		--build-arg CREATED=$(CREATED) --build-arg SOURCE=$(IMAGE_SOURCE) -t $(IMG) .
 
 .PHONY: build-installer
 build-installer: manifests $(KUSTOMIZE) ## Write dist/install.yaml (CRDs, RBAC, operator).
@@ -130,6 +161,10 @@ tools: $(CONTROLLER_GEN) $(HELM) $(KUSTOMIZE) controlplane ## Build every tool t
 
 .PHONY: controlplane
 controlplane: $(CONTROLPLANE) ## Build etcd and the Kubernetes control plane from their Go modules.
+
+$(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go)
+	@echo "==> building the image tool (hack/image, go-containerregistry)"
+	cd hack/image && $(GO) build -o $@ .
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 	@echo "==> building controller-gen"
