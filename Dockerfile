@@ -7,6 +7,7 @@ FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 ARG VERSION=dev
+ARG REVISION=
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -15,7 +16,7 @@ COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY internal/ internal/
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
-      -ldflags="-s -w -X github.com/hookkeeper/hookkeeper/internal/version.Version=${VERSION}" \
+      -ldflags="-s -w -X github.com/hookkeeper/hookkeeper/internal/version.Version=${VERSION} -X github.com/hookkeeper/hookkeeper/internal/version.Revision=${REVISION}" \
       -o /out/hookkeeper ./cmd/hookkeeper
 RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/home/nonroot/.cache/kubebuilder-envtest \
       /rootfs/tmp/kubebuilder-envtest \

@@ -89,7 +89,7 @@ bench: tools build ## Run the receiver and dispatcher benchmarks and print their
 
 .PHONY: build
 build: ## Build bin/hookkeeper.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/hookkeeper/hookkeeper/internal/version.Version=$(VERSION)" -o $(HOOKKEEPER) ./cmd/hookkeeper
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/hookkeeper/hookkeeper/internal/version.Version=$(VERSION) -X github.com/hookkeeper/hookkeeper/internal/version.Revision=$(REVISION)" -o $(HOOKKEEPER) ./cmd/hookkeeper
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster in ~/.kube/config.

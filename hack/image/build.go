@@ -30,9 +30,10 @@ import (
 const stampVersion = "hookkeeper-image/2"
 
 const (
-	versionPkg = "github.com/hookkeeper/hookkeeper/internal/version.Version"
-	caFile     = "/etc/ssl/certs/ca-certificates.crt"
-	nonrootID  = 65532
+	versionPkg  = "github.com/hookkeeper/hookkeeper/internal/version.Version"
+	revisionPkg = "github.com/hookkeeper/hookkeeper/internal/version.Revision"
+	caFile      = "/etc/ssl/certs/ca-certificates.crt"
+	nonrootID   = 65532
 )
 
 // Standard OCI annotation keys, used as config labels and as index annotations.
@@ -202,7 +203,7 @@ func build(o buildOptions) error {
 func goBuild(o buildOptions, p v1.Platform) (string, error) {
 	out := filepath.Join(o.binDir, p.OS+"-"+p.Architecture, "hookkeeper")
 	cmd := exec.Command(o.goCmd, "build", "-trimpath",
-		"-ldflags", "-s -w -X "+versionPkg+"="+o.version,
+		"-ldflags", "-s -w -X "+versionPkg+"="+o.version+" -X "+revisionPkg+"="+o.revision,
 		"-o", out, "./cmd/hookkeeper")
 	cmd.Dir = o.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)

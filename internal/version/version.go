@@ -13,6 +13,10 @@ import (
 // Empty means a development build.
 var Version string
 
+// Revision is the VCS revision set at link time (-X .../internal/version.Revision=<sha>);
+// when empty, the revision Go recorded (builds without -buildvcs=false) is used.
+var Revision string
+
 // Info describes this binary.
 type Info struct {
 	Version   string
@@ -25,7 +29,7 @@ type Info struct {
 
 // Get reads the link-time version and the build information Go embeds.
 func Get() Info {
-	info := Info{Version: Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	info := Info{Version: Version, Revision: Revision, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	bi, ok := debug.ReadBuildInfo()
 	if ok {
 		if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -34,7 +38,9 @@ func Get() Info {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				info.Revision = s.Value
+				if info.Revision == "" {
+					info.Revision = s.Value
+				}
 			case "vcs.time":
 				info.BuildTime = s.Value
 			case "vcs.modified":
