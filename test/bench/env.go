@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,9 +33,15 @@ type Env struct {
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
 	ReceiverArgs []string
+	// Handwritten is the path of the built hand-written handler (test/bench/handwritten).
+	Handwritten string
+	// Chart is where the receiver suite writes its SVG chart; empty for none.
+	Chart string
 	// WorkDir is a temporary directory the suites may write into.
 	WorkDir string
 	Log     *log.Logger
+	// Outputs are files the suites wrote, listed after the table.
+	Outputs []string
 }
 
 // NewDatabase creates an empty database and returns its URL and a function that drops
@@ -70,10 +77,10 @@ func (e *Env) NewDatabase(ctx context.Context, prefix string) (string, func(), e
 	return u.String(), drop, nil
 }
 
-// Process is a hookkeeper subprocess started by a suite.
+// Process is a subprocess started by a suite: hookkeeper, or the hand-written handler.
 type Process struct {
 	cmd       *exec.Cmd
-	AdminAddr string
+	AdminAddr string // hookkeeper's admin address; empty for other processes
 	exited    chan error
 	exitErr   error
 }
@@ -81,24 +88,39 @@ type Process struct {
 // StartHookkeeper runs the hookkeeper binary with args and env and waits until
 // adminAddr answers /readyz with 200.
 func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []string, args ...string) (*Process, error) {
-	cmd := exec.Command(e.Hookkeeper, args...)
+	p, err := e.StartProcess(ctx, e.Hookkeeper, "http://"+adminAddr+"/readyz", env, args...)
+	if err != nil {
+		return nil, err
+	}
+	p.AdminAddr = adminAddr
+	return p, nil
+}
+
+// StartProcess runs binary with args and env (added to this process's environment),
+// its output in a log file under WorkDir, and waits until readyURL answers 200.
+func (e *Env) StartProcess(ctx context.Context, binary, readyURL string, env []string, args ...string) (*Process, error) {
+	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
-	logFile, err := os.CreateTemp(e.WorkDir, "hookkeeper-*.log")
+	logFile, err := os.CreateTemp(e.WorkDir, filepath.Base(binary)+"-*.log")
 	if err != nil {
 		return nil, fmt.Errorf("create process log: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", e.Hookkeeper, err)
+		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	p := &Process{cmd: cmd, AdminAddr: adminAddr, exited: make(chan error, 1)}
+	p := &Process{cmd: cmd, exited: make(chan error, 1)}
 	go func() { p.exited <- cmd.Wait(); _ = logFile.Close() }()
 
+	name := filepath.Base(binary)
+	if len(args) > 0 {
+		name += " " + args[0]
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	client := &http.Client{Timeout: time.Second}
 	for {
-		resp, err := client.Get("http://" + adminAddr + "/readyz")
+		resp, err := client.Get(readyURL)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -107,7 +129,7 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 		}
 		select {
 		case err := <-p.exited:
-			return nil, fmt.Errorf("hookkeeper %s exited before it was ready (see %s): %w", args[0], logFile.Name(), err)
+			return nil, fmt.Errorf("%s exited before it was ready (see %s): %w", name, logFile.Name(), err)
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
@@ -115,7 +137,7 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("hookkeeper %s not ready after 30s; see %s", args[0], logFile.Name())
+			return nil, fmt.Errorf("%s not ready after 30s; see %s", name, logFile.Name())
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Command bench runs hookkeeper's benchmarks (`make bench`) and prints one table with
-// the figures of DESIGN.md section 10. Suites run one after another in one process, so
-// the figures in one table come from the same machine state.
+// the figures that docs/architecture.md ("Numbers we hold ourselves to") sets targets for.
+// Suites run one after another in one process, so the figures in one table come from
+// the same machine state.
 //
 //	go run ./test/bench -hookkeeper bin/hookkeeper -suite receiver
 package main
@@ -30,9 +31,11 @@ func main() {
 		suiteList   = flag.String("suite", "all", "comma-separated suites to run: "+fmt.Sprint(suiteNames())+" or all")
 		databaseURL = flag.String("database-url", defaultDatabaseURL(), "PostgreSQL URL of a role that may CREATE DATABASE")
 		binary      = flag.String("hookkeeper", "bin/hookkeeper", "path of the built hookkeeper binary")
-		concurrency = flag.String("concurrency", "8,16,32", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
+		concurrency = flag.String("concurrency", "1,4,8,16,32,64", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
+		handwritten = flag.String("handwritten", "", "path of the built hand-written handler (./test/bench/handwritten); empty: go build it into a temporary directory")
+		chart       = flag.String("chart", "bin/bench.svg", "where the receiver suite writes its SVG chart; empty for none")
 	)
 	flag.Parse()
 	logger := log.New(os.Stderr, "bench: ", log.Ltime)
@@ -74,6 +77,8 @@ func main() {
 		Concurrency:  levels,
 		Phase:        *phase,
 		ReceiverArgs: strings.Fields(*extraArgs),
+		Handwritten:  *handwritten,
+		Chart:        *chart,
 		WorkDir:      workDir,
 		Log:          logger,
 	}
@@ -93,6 +98,9 @@ func main() {
 	}
 	fmt.Println()
 	printTable(os.Stdout, results)
+	for _, out := range env.Outputs {
+		fmt.Println("wrote", out)
+	}
 	if failed {
 		logger.Printf("logs of the processes are in %s", workDir)
 		stop()

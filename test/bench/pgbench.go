@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// seedTransaction is the atomic receipt pattern of the seed document, as a pgbench
-// custom script: the receipt insert arbitrated by the unique index, the guarded order
-// update and the outbox insert, in one transaction. Event ids are random; orders are
-// picked at random among :orders pending rows named pg-<n>.
+// seedTransaction is the reference transaction (docs/architecture.md, "The pattern"):
+// the atomic event receipt written by hand, as a pgbench custom script: the receipt
+// insert arbitrated by the unique index, the guarded order update and the outbox insert,
+// in one transaction. Event ids are random; orders are picked at random among :orders
+// pending rows named pg-<n>.
 const seedTransaction = `\set n random(1, :orders)
 \set e random(1, 2000000000)
 BEGIN;
@@ -32,7 +33,7 @@ INSERT INTO fulfilment_outbox (dedupe_key, order_id, event_type)
 COMMIT;
 `
 
-// seedTables are the seed document's tables: the gateway's receipts, the app's orders
+// seedTables are the reference transaction's tables: the gateway's receipts, the app's orders
 // (shared with the receiver's table-bound endpoint) and its fulfilment outbox.
 const seedTables = `
 CREATE TABLE orders (
@@ -89,7 +90,7 @@ func (r *pgbenchResult) finish() {
 
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
 
-// runPgbench runs the seed transaction with clients connections for d and reads the
+// runPgbench runs seedTransaction with clients connections for d and reads the
 // per-transaction log for latency quantiles.
 func runPgbench(ctx context.Context, env *Env, dbURL string, clients, orders int, d time.Duration) (pgbenchResult, error) {
 	dir, err := os.MkdirTemp(env.WorkDir, "pgbench-")

@@ -40,10 +40,15 @@ const (
 	abRounds = 3
 )
 
-// runReceiverSuite compares the receiver with pgbench running the seed's transaction
-// at the same concurrency on the same database, then measures latency at half of the
-// receiver's peak and the receiver's peak RSS.
+// runReceiverSuite compares the receiver with pgbench running the reference transaction
+// and with the hand-written handler (test/bench/handwritten) at the same concurrency on
+// the same database, then measures latency at half of the receiver's peak and the
+// receiver's peak RSS.
 func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
+	hwBinary, err := env.handwrittenBinary(ctx)
+	if err != nil {
+		return nil, err
+	}
 	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_receiver")
 	if err != nil {
 		return nil, err
@@ -65,15 +70,15 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 
-	webhookAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
+	var addrs [3]string
+	for i := range addrs {
+		if addrs[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
 	}
-	adminAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	manifest, err := writeBenchManifest(env.WorkDir, slices.Max(env.Concurrency))
+	webhookAddr, adminAddr, hwAddr := addrs[0], addrs[1], addrs[2]
+	maxLevel := slices.Max(env.Concurrency)
+	manifest, err := writeBenchManifest(env.WorkDir, maxLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -85,48 +90,82 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		return nil, err
 	}
 	defer proc.Stop()
+	hwProc, err := env.startHandwritten(ctx, hwBinary, dbURL, hwAddr, max(maxLevel, 2))
+	if err != nil {
+		return nil, err
+	}
+	defer hwProc.Stop()
 
-	load := newStripeLoad("http://"+webhookAddr+"/", []byte(benchSecret))
+	rx := &side{name: "receiver", proc: proc, load: newStripeLoad("http://"+webhookAddr+"/", []byte(benchSecret), "evt_bench_", "rx-")}
+	hw := &side{name: "hand-written", proc: hwProc, prewarm: 500 * time.Millisecond,
+		load: newStripeLoad("http://"+hwAddr+"/", []byte(benchSecret), "evt_hw_", "hw-")}
 	attacker := func(workers, maxWorkers int) *vegeta.Attacker {
 		return vegeta.NewAttacker(vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(maxWorkers)),
 			vegeta.Connections(maxWorkers), vegeta.KeepAlive(true), vegeta.Timeout(10*time.Second),
 			vegeta.Redirects(vegeta.NoFollow))
 	}
-	// closed keeps exactly `inFlight` requests in flight, as pgbench's clients do.
-	closed := func(name string, inFlight int, d time.Duration, b *batch) (phaseResult, error) {
-		if err := addOrders(ctx, db, "rx-", b.idFrom, b.idTo); err != nil {
+	// closed keeps exactly `inFlight` requests in flight, as pgbench's clients do. A side
+	// with a prewarm first sends unmeasured load for that long, so that its connection
+	// pool is open when the clock starts.
+	closed := func(s *side, name string, inFlight int, d time.Duration) (phaseResult, error) {
+		var warm *batch
+		if s.prewarm > 0 {
+			// Repeats only, of events sent in earlier phases (so made before b): they open
+			// the pool's connections and change no row.
+			warm = s.load.repeats(int(max(s.rate, 1000)*s.prewarm.Seconds()*2) + 200)
+		}
+		// Size the batch from the fastest rate seen so far, with room to spare.
+		b := s.load.make(int(max(s.rate, 1000)*d.Seconds()*3) + 2_000)
+		if err := addOrders(ctx, db, s.load.orderPrefix, b.idFrom, b.idTo); err != nil {
 			return phaseResult{}, err
 		}
 		if err := settle(ctx, db); err != nil {
 			return phaseResult{}, err
 		}
-		env.Log.Printf("receiver: %s, %d in flight, %s, %d requests ready", name, inFlight, d, len(b.targets))
+		env.Log.Printf("%s: %s, %d in flight, %s, %d requests ready", s.name, name, inFlight, d, len(b.targets))
+		var unexpected string
+		if warm != nil && len(warm.targets) > 0 {
+			unexpected = attack(attacker(inFlight, inFlight), warm, vegeta.Rate{}, s.prewarm, name+" (pool warm-up)").unexpected
+		}
 		var res phaseResult
-		use, err := measureCPU(ctx, db, proc, func() {
+		use, err := measureCPU(ctx, db, s.proc, func() {
 			res = attack(attacker(inFlight, inFlight), b, vegeta.Rate{}, d, name)
 		})
 		if err != nil {
 			return phaseResult{}, err
 		}
 		res.cpu = use
-		load.settle(b)
-		env.Log.Printf("receiver: %s: %s", name, res)
+		res.unexpected += unexpected
+		s.load.settle(b)
+		if res.exhausted {
+			return phaseResult{}, fmt.Errorf("%s: %s ran out of pre-signed requests after %d; raise the batch size", s.name, name, res.requests)
+		}
+		s.rate = max(s.rate, res.rate())
+		env.Log.Printf("%s: %s: %s", s.name, name, res)
 		return res, nil
 	}
 
-	warm, err := closed("warm-up", env.Concurrency[0], warmup, load.make(20_000))
+	warmRx, err := closed(rx, "warm-up", env.Concurrency[0], warmup)
 	if err != nil {
 		return nil, err
 	}
-	// At each concurrency, pgbench and the receiver's peak alternate in short slices, so
-	// a busy moment of the machine (or of its disk) lands on both sides of the ratio.
+	warmHw, err := closed(hw, "warm-up", env.Concurrency[0], warmup)
+	if err != nil {
+		return nil, err
+	}
+	// At each concurrency, pgbench, the receiver and the hand-written handler alternate
+	// in short slices, so a busy moment of the machine (or of its disk) lands on every
+	// side of the ratios. The receiver and the hand-written handler swap places every
+	// round.
 	slice := max(env.Phase/abRounds, 2*time.Second)
 	var levels []levelResult
-	rate := warm.rate()
 	for _, c := range env.Concurrency {
 		lv := levelResult{concurrency: c}
 		for round := 1; round <= abRounds; round++ {
 			if err := settle(ctx, db); err != nil {
+				return nil, err
+			}
+			if err := waitIdleHandwritten(ctx, db, 0); err != nil {
 				return nil, err
 			}
 			var pgRound pgbenchResult
@@ -137,35 +176,46 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 				return nil, err
 			}
 			use.client = pgRound.ClientCPU
-			env.Log.Printf("receiver: %d clients, round %d: pgbench: %d transactions, %.0f tps, p50 %s, p99 %s, CPU per transaction: pgbench %s, PostgreSQL %s",
+			env.Log.Printf("pgbench: %d clients, round %d: %d transactions, %.0f tps, p50 %s, p99 %s, CPU per transaction: pgbench %s, PostgreSQL %s",
 				c, round, pgRound.Count, pgRound.TPS, ms(pgRound.P50), ms(pgRound.P99), us(use.per(pgRound.Count).client), us(use.per(pgRound.Count).database))
 			lv.pg = lv.pg.merge(pgRound)
 			lv.pgCPU = lv.pgCPU.add(use)
 			lv.pgElapsed += pgRound.Duration
 
-			before, err := readGroupStats(ctx, proc.AdminAddr)
-			if err != nil {
-				return nil, err
+			name := fmt.Sprintf("%d in flight, round %d: peak", c, round)
+			var rxRound, hwRound phaseResult
+			order := []*side{rx, hw}
+			if round%2 == 0 {
+				order = []*side{hw, rx}
 			}
-			// Size the batch from the fastest rate seen so far, with room to spare.
-			r, err := closed(fmt.Sprintf("%d in flight, round %d: peak", c, round), c, slice, load.make(int(rate*slice.Seconds()*2)+2_000))
-			if err != nil {
-				return nil, err
+			for _, s := range order {
+				if s == hw {
+					if hwRound, err = closed(hw, name, c, slice); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				before, err := readGroupStats(ctx, proc.AdminAddr)
+				if err != nil {
+					return nil, err
+				}
+				if rxRound, err = closed(rx, name, c, slice); err != nil {
+					return nil, err
+				}
+				after, err := readGroupStats(ctx, proc.AdminAddr)
+				if err != nil {
+					return nil, err
+				}
+				lv.groups = lv.groups.add(after.sub(before))
 			}
-			if r.exhausted {
-				return nil, fmt.Errorf("%d in flight, round %d ran out of pre-signed requests after %d; raise the batch size", c, round, r.requests)
-			}
-			after, err := readGroupStats(ctx, proc.AdminAddr)
-			if err != nil {
-				return nil, err
-			}
-			rate = max(rate, r.rate())
-			lv.groups = lv.groups.add(after.sub(before))
-			lv.rounds = append(lv.rounds, fmt.Sprintf("%.2f", r.acceptedPerSec()/pgRound.TPS))
-			lv.rx = lv.rx.merge(r)
+			lv.rounds = append(lv.rounds, fmt.Sprintf("%.2f", rxRound.acceptedPerSec()/pgRound.TPS))
+			lv.hwRounds = append(lv.hwRounds, fmt.Sprintf("%.2f", rxRound.acceptedPerSec()/hwRound.acceptedPerSec()))
+			lv.rx = lv.rx.merge(rxRound)
+			lv.hw = lv.hw.merge(hwRound)
 		}
 		lv.pg.finish()
 		lv.rx.finish()
+		lv.hw.finish()
 		levels = append(levels, lv)
 	}
 
@@ -178,7 +228,7 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		}
 	}
 	halfRate := max(int(best.rx.acceptedPerSec()/2), 1)
-	hb := load.make(int(float64(halfRate)*env.Phase.Seconds()) + 100)
+	hb := rx.load.make(int(float64(halfRate)*env.Phase.Seconds()) + 100)
 	if err := addOrders(ctx, db, "rx-", hb.idFrom, hb.idTo); err != nil {
 		return nil, err
 	}
@@ -188,14 +238,13 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	env.Log.Printf("receiver: half of peak, %d/s open loop, %s", halfRate, env.Phase)
 	var half phaseResult
 	halfCPU, err := measureCPU(ctx, db, proc, func() {
-		workers := slices.Max(env.Concurrency)
-		half = attack(attacker(workers, workers*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
+		half = attack(attacker(maxLevel, maxLevel*8), hb, vegeta.Rate{Freq: halfRate, Per: time.Second}, env.Phase, "half")
 	})
 	if err != nil {
 		return nil, err
 	}
 	half.cpu = halfCPU
-	load.settle(hb)
+	rx.load.settle(hb)
 	env.Log.Printf("receiver: half: %s", half)
 
 	mem, err := proc.Memory()
@@ -207,52 +256,91 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	for _, lv := range levels {
 		pgTotal += lv.pg.Count
 	}
-	rxBytes, pgBytes, err := bytesPerEvent(ctx, db, pgTotal)
+	rxBytes, refBytes, err := bytesPerEvent(ctx, db, pgTotal+hw.load.delivered)
 	if err != nil {
 		return nil, err
 	}
-	stored, want, err := checkStored(ctx, db, load)
+	stored, want, err := checkStored(ctx, db, rx.load)
 	if err != nil {
 		return nil, err
+	}
+	hwReceipts, hwOutbox, hwPaid, err := handwrittenStored(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	hwWant := int64(hw.load.delivered)
+
+	if env.Chart != "" {
+		if err := writeChart(env.Chart, levels); err != nil {
+			return nil, err
+		}
+		env.Outputs = append(env.Outputs, env.Chart)
 	}
 
 	var rows []Row
 	for _, lv := range levels {
 		c := strconv.Itoa(lv.concurrency)
-		pgPer, rxPer := lv.pgCPU.per(lv.pg.Count), lv.rx.cpu.per(lv.rx.requests)
+		pgPer, rxPer, hwPer := lv.pgCPU.per(lv.pg.Count), lv.rx.cpu.per(lv.rx.requests), lv.hw.cpu.per(lv.hw.requests)
+		// Issue 16's goals: ahead of the hand-written handler from 4 in flight up and
+		// of pgbench from 8; below that the ratio is reported.
+		hwGoal, pgGoal := ">= 1.00", ">= 1.00"
+		if lv.concurrency < 4 {
+			hwGoal = "reported"
+		}
+		if lv.concurrency < 8 {
+			pgGoal = "reported"
+		}
+		latency := Row{Measure: "  latency p50 / p99, " + c + " in flight",
+			Value: "receiver " + ms(lv.rx.p50) + " / " + ms(lv.rx.p99) + ", hand-written " + ms(lv.hw.p50) + " / " + ms(lv.hw.p99) +
+				", pgbench " + ms(lv.pg.P50) + " / " + ms(lv.pg.P99)}
+		if lv.concurrency <= 4 {
+			latency.Note = "steady trickle: closed loop, " + c + " at a time"
+		}
 		rows = append(rows,
-			Row{Measure: "receiver / pgbench ratio, " + c + " in flight", Value: fmt.Sprintf("%.2f", lv.rx.acceptedPerSec()/lv.pg.TPS), Goal: ">= 1.00",
+			Row{Measure: "receiver / pgbench ratio, " + c + " in flight", Value: fmt.Sprintf("%.2f", lv.rx.acceptedPerSec()/lv.pg.TPS), Goal: pgGoal,
 				Note: fmt.Sprintf("receiver %.0f accepted/s, pgbench %.0f tps; per slice %s", lv.rx.acceptedPerSec(), lv.pg.TPS, strings.Join(lv.rounds, ", "))},
-			Row{Measure: "  latency p50 / p99, " + c + " in flight", Value: "receiver " + ms(lv.rx.p50) + " / " + ms(lv.rx.p99) + ", pgbench " + ms(lv.pg.P50) + " / " + ms(lv.pg.P99)},
-			Row{Measure: "  CPU per event, " + c + " in flight", Value: fmt.Sprintf("receiver %s (load %s + receiver %s + PostgreSQL %s), pgbench %s (pgbench %s + PostgreSQL %s)",
-				us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database), us(pgPer.total()), us(pgPer.client), us(pgPer.database)),
-				Note: fmt.Sprintf("cores busy: receiver %.2f, pgbench %.2f of %d", cores(lv.rx.cpu.total(), lv.rx.elapsed), cores(lv.pgCPU.total(), lv.pgElapsed), runtime.NumCPU())},
+			Row{Measure: "receiver / hand-written ratio, " + c + " in flight", Value: fmt.Sprintf("%.2f", lv.rx.acceptedPerSec()/lv.hw.acceptedPerSec()), Goal: hwGoal,
+				Note: fmt.Sprintf("receiver %.0f, hand-written %.0f accepted/s; per slice %s", lv.rx.acceptedPerSec(), lv.hw.acceptedPerSec(), strings.Join(lv.hwRounds, ", "))},
+			latency,
+			Row{Measure: "  CPU per event, " + c + " in flight", Value: fmt.Sprintf("receiver %s (load %s + receiver %s + PostgreSQL %s), hand-written %s (%s + %s + %s), pgbench %s (pgbench %s + PostgreSQL %s)",
+				us(rxPer.total()), us(rxPer.client), us(rxPer.receiver), us(rxPer.database),
+				us(hwPer.total()), us(hwPer.client), us(hwPer.receiver), us(hwPer.database),
+				us(pgPer.total()), us(pgPer.client), us(pgPer.database)),
+				Note: fmt.Sprintf("cores busy: receiver %.2f, hand-written %.2f, pgbench %.2f of %d", cores(lv.rx.cpu.total(), lv.rx.elapsed),
+					cores(lv.hw.cpu.total(), lv.hw.elapsed), cores(lv.pgCPU.total(), lv.pgElapsed), runtime.NumCPU())},
 			Row{Measure: "  deliveries per receipt transaction, " + c + " in flight", Value: fmt.Sprintf("%.1f", lv.groups.mean()),
 				Note: fmt.Sprintf("group commit: %.0f transactions for %.0f deliveries", lv.groups.count, lv.groups.sum)},
 		)
 	}
-	pgBest := levels[0]
+	pgBest, hwBest := levels[0], levels[0]
 	for _, lv := range levels[1:] {
 		if lv.pg.TPS > pgBest.pg.TPS {
 			pgBest = lv
+		}
+		if lv.hw.acceptedPerSec() > hwBest.hw.acceptedPerSec() {
+			hwBest = lv
 		}
 	}
 	rows = append(rows,
 		Row{Measure: "receiver best / pgbench best", Value: fmt.Sprintf("%.2f", best.rx.acceptedPerSec()/pgBest.pg.TPS), Goal: ">= 1.00",
 			Note: fmt.Sprintf("receiver %.0f accepted/s at %d in flight, pgbench %.0f tps at %d clients: each at its best level",
 				best.rx.acceptedPerSec(), best.concurrency, pgBest.pg.TPS, pgBest.concurrency)},
+		Row{Measure: "receiver best / hand-written best", Value: fmt.Sprintf("%.2f", best.rx.acceptedPerSec()/hwBest.hw.acceptedPerSec()), Goal: ">= 1.00",
+			Note: fmt.Sprintf("hand-written %.0f accepted/s at %d in flight", hwBest.hw.acceptedPerSec(), hwBest.concurrency)},
 		Row{Measure: "receiver latency p50 / p99 at half peak", Value: ms(half.p50) + " / " + ms(half.p99),
 			Goal: "p99 <= 25ms", Note: fmt.Sprintf("open loop %d/s, %.0f accepted/s (peak: %d in flight)", halfRate, half.acceptedPerSec(), best.concurrency)},
-		Row{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench %d", rxBytes, pgBytes),
+		Row{Measure: "diagnostic: bytes stored per event", Value: fmt.Sprintf("receiver %d, pgbench and hand-written %d", rxBytes, refBytes),
 			Note: "tables + indexes, orders excluded"},
 		Row{Measure: "receiver peak RSS", Value: mib(mem.Peak), Goal: "<= 64 MiB",
 			Note: fmt.Sprintf("VmHWM of the subprocess; after the run %s anon + %s file (binary pages)", mib(mem.Anon), mib(mem.File))},
 		Row{Measure: "receipts stored / new events sent", Value: fmt.Sprintf("%d / %d", stored, want),
 			Goal: "equal", Note: "exactly once, across all phases"},
+		Row{Measure: "hand-written receipts / outbox rows / paid orders / new events", Value: fmt.Sprintf("%d / %d / %d / %d", hwReceipts, hwOutbox, hwPaid, hwWant),
+			Goal: "equal", Note: "the baseline is correct too"},
 	)
-	unexpected := warm.unexpected + half.unexpected
+	unexpected := warmRx.unexpected + warmHw.unexpected + half.unexpected
 	for _, lv := range levels {
-		unexpected += lv.rx.unexpected
+		unexpected += lv.rx.unexpected + lv.hw.unexpected
 	}
 	if unexpected != "" {
 		rows = append(rows, Row{Measure: "unexpected responses", Value: strings.TrimSpace(unexpected), Goal: "none"})
@@ -260,18 +348,32 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if stored != want {
 		return rows, fmt.Errorf("stored %d receipts for %d new events", stored, want)
 	}
+	if hwReceipts != hwWant || hwOutbox != hwWant || hwPaid != hwWant {
+		return rows, fmt.Errorf("hand-written handler: %d receipts, %d outbox rows, %d paid orders for %d new events", hwReceipts, hwOutbox, hwPaid, hwWant)
+	}
 	return rows, nil
 }
 
-// levelResult is one concurrency's alternating pgbench and receiver slices.
+// side is one HTTP side of the comparison: the receiver or the hand-written handler.
+type side struct {
+	name    string
+	proc    *Process
+	load    *stripeLoad
+	prewarm time.Duration // unmeasured load before each measured slice
+	rate    float64       // fastest requests/s seen, to size batches
+}
+
+// levelResult is one concurrency's alternating pgbench, receiver and hand-written slices.
 type levelResult struct {
 	concurrency int
 	pg          pgbenchResult
 	pgCPU       phaseCPU
 	pgElapsed   time.Duration
 	rx          phaseResult
+	hw          phaseResult
 	groups      groupStats
 	rounds      []string // the receiver/pgbench ratio of each round
+	hwRounds    []string // the receiver/hand-written ratio of each round
 }
 
 // phaseResult summarizes one attack.
@@ -302,7 +404,7 @@ func (p *phaseResult) finish() { p.p50, p.p99 = quantile(p.lat, 0.50), quantile(
 
 func (p phaseResult) String() string {
 	c := p.cpu.per(p.requests)
-	return fmt.Sprintf("%d requests, %d accepted in %s (%.0f/s), p50 %s, p99 %s, CPU per request: load %s, receiver %s, PostgreSQL %s %s",
+	return fmt.Sprintf("%d requests, %d accepted in %s (%.0f/s), p50 %s, p99 %s, CPU per request: load %s, server %s, PostgreSQL %s %s",
 		p.requests, p.accepted, p.elapsed.Round(time.Millisecond), p.acceptedPerSec(), ms(p.p50), ms(p.p99),
 		us(c.client), us(c.receiver), us(c.database), p.unexpected)
 }
@@ -368,8 +470,10 @@ func checkStored(ctx context.Context, db *pgx.Conn, load *stripeLoad) (int64, in
 }
 
 // bytesPerEvent divides the on-disk size of what each side writes per event (heap,
-// TOAST and indexes; the shared orders table excluded) by the events written.
-func bytesPerEvent(ctx context.Context, db *pgx.Conn, pgbenchTxns int) (int64, int64, error) {
+// TOAST and indexes; the shared orders table excluded) by the events written: the
+// receiver's tables by its receipts, the reference tables by pgbench's transactions and
+// the hand-written handler's new events (refEvents), which share them.
+func bytesPerEvent(ctx context.Context, db *pgx.Conn, refEvents int) (int64, int64, error) {
 	t := store.TablesIn(benchSchema)
 	var rx, rxEvents, pg int64
 	err := db.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass) + pg_total_relation_size($2::regclass)
@@ -379,10 +483,10 @@ func bytesPerEvent(ctx context.Context, db *pgx.Conn, pgbenchTxns int) (int64, i
 	if err != nil {
 		return 0, 0, fmt.Errorf("measure table sizes: %w", err)
 	}
-	if rxEvents == 0 || pgbenchTxns == 0 {
+	if rxEvents == 0 || refEvents == 0 {
 		return 0, 0, errors.New("nothing was written")
 	}
-	return rx / rxEvents, pg / int64(pgbenchTxns), nil
+	return rx / rxEvents, pg / int64(refEvents), nil
 }
 
 // addOrders inserts pending orders prefix<from>..prefix<to-1>.
@@ -410,7 +514,7 @@ func settle(ctx context.Context, db *pgx.Conn) error {
 	return nil
 }
 
-// writeBenchManifest writes the endpoint of the seed document: Stripe, bound to the
+// writeBenchManifest writes the endpoint of the reference transaction: Stripe, bound to the
 // app's orders table with its tenant, capture from payment_pending to paid when the
 // amount matches, emitting order.paid.
 func writeBenchManifest(dir string, conns int) (string, error) {

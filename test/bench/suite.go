@@ -28,7 +28,7 @@ type Suite struct {
 type Row struct {
 	Measure string // what was measured, with its unit
 	Value   string // the figure
-	Goal    string // the number DESIGN.md section 10 holds us to, when there is one
+	Goal    string // the target of docs/architecture.md ("Numbers we hold ourselves to"), when there is one
 	Note    string // how it was measured, in a few words
 }
 
