@@ -54,44 +54,6 @@ func validEndpoint(name string) *v1alpha1.WebhookEndpoint {
 	}
 }
 
-// The CRD's defaults land on a round trip, so GitOps tools see no drift.
-func TestCRDRoundTripAppliesDefaults(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	in := validEndpoint("roundtrip")
-	if err := c.Create(ctx, in); err != nil {
-		t.Fatalf("create a valid endpoint: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
-
-	var got v1alpha1.WebhookEndpoint
-	if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
-		t.Fatalf("get: %v", err)
-	}
-	s := got.Spec
-	checks := map[string]bool{
-		"provider.tolerance 5m":      s.Provider.Tolerance != nil && s.Provider.Tolerance.Duration == 5*time.Minute,
-		"database.schema hookkeeper": s.Database.Schema == "hookkeeper",
-		"entity.onUnmatched Record":  s.Entity.OnUnmatched == v1alpha1.UnmatchedRecord,
-		"delivery.maxAttempts 12":    s.Delivery.MaxAttempts == 12,
-		"delivery.ordering":          s.Delivery.Ordering == v1alpha1.OrderingPerEntity,
-		"delivery.backoff.max 15m":   s.Delivery.Backoff.Max != nil && s.Delivery.Backoff.Max.Duration == 15*time.Minute,
-		"receiver.replicas 2":        s.Receiver.Replicas != nil && *s.Receiver.Replicas == 2,
-		"receiver.path /":            s.Receiver.Path == "/",
-		"receiver.maxBodyBytes 1MiB": s.Receiver.MaxBodyBytes == 1048576,
-		"stateMachine.parkFor 72h":   s.StateMachine.ParkFor != nil && s.StateMachine.ParkFor.Duration == 72*time.Hour,
-		"serviceMonitor enabled":     s.Monitoring.ServiceMonitor.Enabled != nil && *s.Monitoring.ServiceMonitor.Enabled,
-		"networkPolicy enabled":      s.NetworkPolicy.Enabled != nil && *s.NetworkPolicy.Enabled,
-	}
-	for what, ok := range checks {
-		if !ok {
-			t.Errorf("default not applied: %s", what)
-		}
-	}
-}
-
 // Admission catches what OpenAPI and CEL rules can, with messages that name the problem.
 func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 	c := newClient(t)

@@ -18,8 +18,14 @@ var rootCmd = &cobra.Command{
 }
 
 func main() {
-	if err := rootCmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "hookkeeper:", err)
+	if cmd, err := rootCmd.ExecuteC(); err != nil {
+		fmt.Fprintln(os.Stderr, errorMessage(cmd, err))
 		os.Exit(1)
 	}
+}
+
+// errorMessage is what main prints for err: the error, then where the usage is (cmd is
+// the command that failed, or the root for an unknown command).
+func errorMessage(cmd *cobra.Command, err error) string {
+	return fmt.Sprintf("hookkeeper: %v\nsee '%s --help'", err, cmd.CommandPath())
 }

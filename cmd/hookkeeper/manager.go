@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -59,6 +60,7 @@ type managerFlags struct {
 	receiverImage    string
 	enableHTTP2      bool
 	keyNamespace     string
+	logLevel         string
 }
 
 func newManagerCmd() *cobra.Command {
@@ -72,6 +74,13 @@ func newManagerCmd() *cobra.Command {
 			"NetworkPolicy, exposure and monitoring objects in shape. Only the elected leader reconciles.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("log-level") {
+				lvl, err := zapcore.ParseLevel(f.logLevel)
+				if err != nil {
+					return fmt.Errorf("--log-level: %w", err)
+				}
+				zapOpts.Level = lvl
+			}
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			return runManager(cmd, f)
 		},
@@ -86,9 +95,15 @@ func newManagerCmd() *cobra.Command {
 	fl.StringVar(&f.keyNamespace, "key-namespace", os.Getenv(envNamespace),
 		"namespace of the Secret "+controllers.HashKeySecretName+" that keys the rollout hashes (default: $"+envNamespace+", else the pod's namespace)")
 	fl.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 (off by default: HTTP/2 rapid reset, CVE-2023-44487)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error (as the receiver's); wins over --zap-log-level")
+	// controller-runtime's zap flags stay for those who use them; --zap-log-level is the
+	// old spelling of --log-level.
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(goFlags)
 	fl.AddGoFlagSet(goFlags)
+	if z := fl.Lookup("zap-log-level"); z != nil {
+		z.Usage = "alias of --log-level, in controller-runtime's spelling: " + z.Usage
+	}
 	return cmd
 }
 

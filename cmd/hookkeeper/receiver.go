@@ -91,7 +91,7 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own, 0 the default")
 	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
-	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`; off by default)")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	return cmd
 }
 

@@ -89,7 +89,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 		}
 	}()
 	pid := child.Process.Pid
-	pollUntil(t, "the receiver to be ready", func() bool {
+	testsupport.Eventually(t, 20*time.Second, 25*time.Millisecond, "the receiver to be ready", func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("receiver exited:\n%s", out.String())

@@ -85,7 +85,7 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 			dispatcher: true, logLevel: "error", shutdownTimeout: 10 * time.Second,
 		})
 	}()
-	pollUntil(t, "the receiver to be ready", func() bool {
+	testsupport.Eventually(t, 20*time.Second, 25*time.Millisecond, "the receiver to be ready", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("receiver exited: %v", err)
@@ -189,15 +189,4 @@ func freeTestAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
-}
-
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }

@@ -83,12 +83,12 @@ type Endpoint struct {
 // Key is "namespace/name", the value of the `endpoint` column of every table.
 func (e *Endpoint) Key() string { return e.Namespace + "/" + e.Name }
 
-// ParkFor is spec.stateMachine.parkFor (DefaultParkFor when absent); 0 turns parking off.
+// ParkFor is spec.stateMachine.parkFor (v1alpha1.DefaultParkFor when absent); 0 turns parking off.
 func (e *Endpoint) ParkFor() time.Duration {
 	if d := e.Spec.StateMachine.ParkFor; d != nil {
 		return d.Duration
 	}
-	return DefaultParkFor
+	return v1alpha1.DefaultParkFor
 }
 
 // ReadManifest reads a WebhookEndpoint from manifestFile (YAML or JSON), or from the
@@ -126,7 +126,7 @@ func ReadManifest(manifestFile string, getenv func(string) string) (*v1alpha1.We
 	if we.Namespace == "" {
 		we.Namespace = "default"
 	}
-	ApplyDefaults(&we.Spec)
+	we.Spec.Default()
 	return we, nil
 }
 
@@ -165,7 +165,7 @@ func Load(manifestFile string, getenv func(string) string) (*Endpoint, error) {
 // Compile builds an Endpoint from a defaulted WebhookEndpoint and the environment.
 func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoint, error) {
 	spec := *we.Spec.DeepCopy()
-	ApplyDefaults(&spec)
+	spec.Default()
 	x, m, err := compileSpec(&spec)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s/%s is invalid: %w", we.Namespace, we.Name, err)
@@ -221,16 +221,7 @@ func sinkURL(sink v1alpha1.SinkSpec, namespace, override string) string {
 	case sink.URL != "":
 		return sink.URL
 	case sink.ServiceRef != nil:
-		ref := sink.ServiceRef
-		ns := ref.Namespace
-		if ns == "" {
-			ns = namespace
-		}
-		path := ref.Path
-		if path == "" {
-			path = DefaultPath
-		}
-		return fmt.Sprintf("http://%s.%s.svc:%d%s", ref.Name, ns, ref.Port, path)
+		return sink.ServiceRef.URL(namespace)
 	}
 	return ""
 }
@@ -259,7 +250,7 @@ func (e *ValidationError) Unwrap() []error { return e.Problems }
 // 1:1)`. we is not modified.
 func Validate(we *v1alpha1.WebhookEndpoint) error {
 	spec := *we.Spec.DeepCopy()
-	ApplyDefaults(&spec)
+	spec.Default()
 	_, _, err := compileSpec(&spec)
 	return err
 }
@@ -298,7 +289,7 @@ func compileSpec(spec *v1alpha1.WebhookEndpointSpec) (*Extractor, *statemachine.
 
 var (
 	headerName          = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
-	schemaName          = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	schemaName          = regexp.MustCompile(v1alpha1.SchemaPattern)
 	placeholder         = regexp.MustCompile(`\{[^{}]*\}`)
 	knownProviders      = map[v1alpha1.ProviderType]bool{}
 	onUnmatchedPolicies = map[v1alpha1.OnUnmatched]bool{v1alpha1.UnmatchedRecord: true, v1alpha1.UnmatchedRetry: true, v1alpha1.UnmatchedCreate: true}
@@ -316,8 +307,8 @@ func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
 	if !knownProviders[p.Type] {
 		errs = append(errs, expr.Errorf("spec.provider.type", "unknown provider %q", p.Type))
 	}
-	if d := spec.StateMachine.ParkFor; d != nil && (d.Duration < 0 || d.Duration > 8760*time.Hour) {
-		errs = append(errs, expr.Errorf("spec.stateMachine.parkFor", "must be between 0s and 8760h (one year), got %s", d.Duration))
+	if d := spec.StateMachine.ParkFor; d != nil && (d.Duration < 0 || d.Duration > v1alpha1.MaxParkFor) {
+		errs = append(errs, expr.Errorf("spec.stateMachine.parkFor", "must be between 0s and %s (one year), got %s", v1alpha1.MaxParkFor, d.Duration))
 	}
 	if p.Tolerance != nil && p.Tolerance.Duration <= 0 {
 		errs = append(errs, expr.Errorf("spec.provider.tolerance", "must be positive, got %s", p.Tolerance.Duration))
@@ -342,8 +333,8 @@ func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
 				"must be https (it receives the API key); set spec.provider.refetch.allowInsecureHTTP for a local http stand-in"))
 		}
 	}
-	if n := len(spec.SigningSecrets); n < 1 || n > 4 {
-		errs = append(errs, expr.Errorf("spec.signingSecrets", "needs 1 to 4 secrets, got %d", n))
+	if n := len(spec.SigningSecrets); n < v1alpha1.MinSigningSecrets || n > v1alpha1.MaxSigningSecrets {
+		errs = append(errs, expr.Errorf("spec.signingSecrets", "needs %d to %d secrets, got %d", v1alpha1.MinSigningSecrets, v1alpha1.MaxSigningSecrets, n))
 	}
 	for i, s := range spec.SigningSecrets {
 		if s.SecretKeyRef.Name == "" || s.SecretKeyRef.Key == "" {
@@ -413,8 +404,8 @@ func validateDatabase(spec *v1alpha1.WebhookEndpointSpec) error {
 	if !schemaName.MatchString(d.Schema) {
 		errs = append(errs, expr.Errorf("spec.database.schema", "%q must match %s", d.Schema, schemaName))
 	}
-	if d.MaxConnections < 2 || d.MaxConnections > 200 {
-		errs = append(errs, expr.Errorf("spec.database.maxConnections", "must be between 2 and 200, got %d", d.MaxConnections))
+	if d.MaxConnections < v1alpha1.MinMaxConnections || d.MaxConnections > v1alpha1.MaxMaxConnections {
+		errs = append(errs, expr.Errorf("spec.database.maxConnections", "must be between %d and %d, got %d", v1alpha1.MinMaxConnections, v1alpha1.MaxMaxConnections, d.MaxConnections))
 	}
 	e := spec.Entity
 	if !onUnmatchedPolicies[e.OnUnmatched] {
@@ -454,8 +445,8 @@ func identifier(s string) error {
 	switch {
 	case s == "":
 		return errors.New("is required")
-	case len(s) > 63:
-		return fmt.Errorf("%q is longer than 63 bytes", s)
+	case len(s) > v1alpha1.MaxIdentifierLength:
+		return fmt.Errorf("%q is longer than %d bytes", s, v1alpha1.MaxIdentifierLength)
 	case strings.ContainsRune(s, 0):
 		return errors.New("contains a NUL byte")
 	}
@@ -475,11 +466,11 @@ func validateDelivery(spec *v1alpha1.WebhookEndpointSpec) error {
 		}
 	case d.Sink.ServiceRef.Name == "":
 		errs = append(errs, expr.Errorf(f+".sink.serviceRef.name", "is required"))
-	case d.Sink.ServiceRef.Port < 1 || d.Sink.ServiceRef.Port > 65535:
-		errs = append(errs, expr.Errorf(f+".sink.serviceRef.port", "must be between 1 and 65535"))
+	case d.Sink.ServiceRef.Port < v1alpha1.MinPort || d.Sink.ServiceRef.Port > v1alpha1.MaxPort:
+		errs = append(errs, expr.Errorf(f+".sink.serviceRef.port", "must be between %d and %d", v1alpha1.MinPort, v1alpha1.MaxPort))
 	}
-	if d.MaxAttempts < 1 || d.MaxAttempts > 100 {
-		errs = append(errs, expr.Errorf(f+".maxAttempts", "must be between 1 and 100, got %d", d.MaxAttempts))
+	if d.MaxAttempts < v1alpha1.MinMaxAttempts || d.MaxAttempts > v1alpha1.MaxMaxAttempts {
+		errs = append(errs, expr.Errorf(f+".maxAttempts", "must be between %d and %d, got %d", v1alpha1.MinMaxAttempts, v1alpha1.MaxMaxAttempts, d.MaxAttempts))
 	}
 	if d.Backoff.Initial.Duration <= 0 {
 		errs = append(errs, expr.Errorf(f+".backoff.initial", "must be positive"))
@@ -493,8 +484,8 @@ func validateDelivery(spec *v1alpha1.WebhookEndpointSpec) error {
 	if d.Ordering != v1alpha1.OrderingPerEntity && d.Ordering != v1alpha1.OrderingNone {
 		errs = append(errs, expr.Errorf(f+".ordering", "unknown ordering %q (PerEntity or None)", d.Ordering))
 	}
-	if d.Concurrency < 1 || d.Concurrency > 256 {
-		errs = append(errs, expr.Errorf(f+".concurrency", "must be between 1 and 256, got %d", d.Concurrency))
+	if d.Concurrency < v1alpha1.MinConcurrency || d.Concurrency > v1alpha1.MaxConcurrency {
+		errs = append(errs, expr.Errorf(f+".concurrency", "must be between %d and %d, got %d", v1alpha1.MinConcurrency, v1alpha1.MaxConcurrency, d.Concurrency))
 	}
 	return errors.Join(errs...)
 }
@@ -505,12 +496,12 @@ func validateReceiver(spec *v1alpha1.WebhookEndpointSpec) error {
 	if !strings.HasPrefix(r.Path, "/") {
 		errs = append(errs, expr.Errorf("spec.receiver.path", "%q must start with /", r.Path))
 	}
-	if r.MaxBodyBytes < 1024 || r.MaxBodyBytes > 32<<20 {
-		errs = append(errs, expr.Errorf("spec.receiver.maxBodyBytes", "must be between 1024 and 33554432, got %d", r.MaxBodyBytes))
+	if r.MaxBodyBytes < v1alpha1.MinMaxBodyBytes || r.MaxBodyBytes > v1alpha1.MaxMaxBodyBytes {
+		errs = append(errs, expr.Errorf("spec.receiver.maxBodyBytes", "must be between %d and %d, got %d", v1alpha1.MinMaxBodyBytes, v1alpha1.MaxMaxBodyBytes, r.MaxBodyBytes))
 	}
-	// Zero is the default (config.DefaultMaxInFlight), for specs that skipped defaulting.
-	if r.MaxInFlight < 0 || r.MaxInFlight > 4096 {
-		errs = append(errs, expr.Errorf("spec.receiver.maxInFlight", "must be between 1 and 4096, got %d", r.MaxInFlight))
+	// Zero is the default (v1alpha1.DefaultMaxInFlight), for specs that skipped defaulting.
+	if r.MaxInFlight < 0 || r.MaxInFlight > v1alpha1.MaxMaxInFlight {
+		errs = append(errs, expr.Errorf("spec.receiver.maxInFlight", "must be between %d and %d, got %d", v1alpha1.MinMaxInFlight, v1alpha1.MaxMaxInFlight, r.MaxInFlight))
 	}
 	if r.Replicas != nil && *r.Replicas < 0 {
 		errs = append(errs, expr.Errorf("spec.receiver.replicas", "must not be negative"))

@@ -293,7 +293,7 @@ func TestLoadFromFileAndEnv(t *testing.T) {
 	if ep.Key() != "shop/orders-payments" || ep.DatabaseURL != env[EnvDatabaseURL] || ep.DeliverySecret != "whsec_delivery" {
 		t.Fatalf("endpoint = %s %q %q", ep.Key(), ep.DatabaseURL, ep.DeliverySecret)
 	}
-	if ep.Spec.Database.Schema != DefaultSchema || ep.Spec.Entity.Table.Schema != "public" || ep.Spec.Delivery.MaxAttempts != DefaultMaxAttempts {
+	if ep.Spec.Database.Schema != v1alpha1.DefaultSchema || ep.Spec.Entity.Table.Schema != "public" || ep.Spec.Delivery.MaxAttempts != v1alpha1.DefaultMaxAttempts {
 		t.Fatalf("defaults not applied: %+v", ep.Spec)
 	}
 	if ep.Tables.Events != `"hookkeeper"."webhook_events"` {

@@ -121,7 +121,7 @@ func NewExtractor(spec v1alpha1.WebhookEndpointSpec) (*Extractor, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Extractor{provider: spec.Provider.Type, tolerance: signature.DefaultTolerance}
+	x := &Extractor{provider: spec.Provider.Type, tolerance: v1alpha1.DefaultTolerance}
 	if spec.Provider.Tolerance != nil && spec.Provider.Tolerance.Duration > 0 {
 		x.tolerance = spec.Provider.Tolerance.Duration
 	}

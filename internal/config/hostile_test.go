@@ -53,7 +53,7 @@ func TestValidateMaxInFlight(t *testing.T) {
 		}
 	}
 	we := validEndpoint(t)
-	if we.Spec.Receiver.MaxInFlight != DefaultMaxInFlight {
-		t.Errorf("defaulted maxInFlight %d, want %d", we.Spec.Receiver.MaxInFlight, DefaultMaxInFlight)
+	if we.Spec.Receiver.MaxInFlight != v1alpha1.DefaultMaxInFlight {
+		t.Errorf("defaulted maxInFlight %d, want %d", we.Spec.Receiver.MaxInFlight, v1alpha1.DefaultMaxInFlight)
 	}
 }

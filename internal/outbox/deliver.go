@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -140,7 +141,8 @@ func (d *Dispatcher) post(ctx context.Context, r row) attempt {
 }
 
 // describe turns a failed attempt into last_error: the status or the kind of transport
-// error, never the URL (it may carry credentials) or the body.
+// error, never the URL (it may carry credentials), the sink's host or address, or the
+// body. last_error is read by people and exported by tools; what failed is enough there.
 func (d *Dispatcher) describe(a attempt) string {
 	if a.err == nil {
 		return "sink answered " + strconv.Itoa(a.status)
@@ -153,9 +155,38 @@ func (d *Dispatcher) describe(a attempt) string {
 	if errors.As(err, &uerr) {
 		err = uerr.Err
 	}
-	msg := err.Error()
+	var msg string
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &dnsErr):
+		// "lookup <host> on <server>: no such host"
+		msg = "lookup of the sink's host: " + dnsErr.Err
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		// "dial tcp 10.0.0.7:80: connect: connection refused": keep the operation and
+		// the cause, drop the addresses.
+		msg = strings.TrimSpace(opErr.Op+" "+opErr.Net) + ": " + opErr.Err.Error()
+	default:
+		msg = err.Error()
+	}
+	msg = redactSink(msg, d.opts.SinkURL)
 	if len(msg) > maxErrorLen {
 		msg = msg[:maxErrorLen]
+	}
+	return msg
+}
+
+// redactSink replaces whatever of the sink URL an error message repeats (the URL, its
+// host and port, its host name, as a TLS certificate mismatch names it) with "<sink>".
+func redactSink(msg, sinkURL string) string {
+	u, err := url.Parse(sinkURL)
+	if err != nil {
+		return msg
+	}
+	for _, s := range []string{sinkURL, u.Redacted(), u.Host, u.Hostname()} {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "<sink>")
+		}
 	}
 	return msg
 }

@@ -88,7 +88,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// ahead, so claims come in batches of at least Concurrency rows instead of one
 	// statement per finished delivery.
 	maxHeld := 2 * d.opts.Concurrency
-	results := make(chan result, maxHeld)
+	results := make(chan rowResult, maxHeld)
 	freed := make(chan int, maxHeld)
 	work := make(chan row, maxHeld)
 	recorderDone := make(chan struct{})
@@ -203,14 +203,14 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 
 // deliver makes one attempt at r and decides what becomes of it. stop is the run
 // context (ended at shutdown), hard the one that cuts requests off after the grace.
-func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
-	res := result{ID: r.ID, Attempt: r.Attempt}
+func (d *Dispatcher) deliver(stop, hard context.Context, r row) rowResult {
+	res := rowResult{ID: r.ID, Attempt: r.Attempt}
 	// A row whose lease could end during the attempt (its claim was slow, or it waited
 	// in the queue) goes back unsent rather than risk a concurrent second delivery by
 	// the dispatcher that claims it next.
 	fence := r.leaseEnd.Add(-leaseMargin)
 	if stop.Err() != nil || time.Until(fence) < d.opts.Timeout {
-		res.Outcome, res.Done = outcomeUnsent, time.Now()
+		res.Result, res.Done = resultUnsent, time.Now()
 		return res
 	}
 	// The request is also cut off at the fence, whatever the timeout says: past the
@@ -221,18 +221,18 @@ func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
 	res.Done = time.Now()
 	switch {
 	case a.err == nil && a.status >= 200 && a.status < 300:
-		res.Outcome = outcomeDelivered
+		res.Result = resultDelivered
 	case hard.Err() != nil && a.sent:
-		res.Outcome = outcomeAbandoned
+		res.Result = resultAbandoned
 	case hard.Err() != nil:
-		res.Outcome = outcomeUnsent
+		res.Result = resultUnsent
 	case a.err == nil && a.status == http.StatusGone:
 		// The sink says this will never be accepted: retrying cannot help.
-		res.Outcome, res.Error = outcomeDead, d.describe(a)
+		res.Result, res.Error = resultDead, d.describe(a)
 	case r.Attempt >= d.opts.MaxAttempts:
-		res.Outcome, res.Error = outcomeDead, d.describe(a)
+		res.Result, res.Error = resultDead, d.describe(a)
 	default:
-		res.Outcome, res.Error = outcomeRetry, d.describe(a)
+		res.Result, res.Error = resultRetry, d.describe(a)
 		res.Delay = d.backoff(r.Attempt, a.retryAfter)
 	}
 	return res
@@ -242,9 +242,9 @@ func (d *Dispatcher) deliver(stop, hard context.Context, r row) result {
 // and frees their slots. On a database error it keeps the batch and retries: the rows
 // stay leased meanwhile, and the fence discards a result whose lease another
 // dispatcher took over.
-func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan result, freed chan<- int) {
+func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan rowResult, freed chan<- int) {
 	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
-	var batch []result
+	var batch []rowResult
 	retry := time.Duration(0)
 	for {
 		if len(batch) == 0 {
@@ -293,7 +293,7 @@ func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan result, free
 		d.observe(batch, recordedRows)
 		for _, r := range batch {
 			// A retry due before the next poll would otherwise wait for it.
-			if r.Outcome == outcomeRetry && r.Delay < d.opts.PollInterval {
+			if r.Result == resultRetry && r.Delay < d.opts.PollInterval {
 				time.AfterFunc(r.Delay, d.signal)
 			}
 		}
@@ -303,25 +303,25 @@ func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan result, free
 }
 
 // observe updates the delivery metrics for a recorded batch.
-func (d *Dispatcher) observe(batch []result, accepted []recorded) {
+func (d *Dispatcher) observe(batch []rowResult, accepted []recorded) {
 	ep := d.opts.Endpoint
 	age := make(map[int64]float64, len(accepted))
 	for _, r := range accepted {
 		age[r.ID] = r.AgeSeconds
 	}
 	for _, r := range batch {
-		switch r.Outcome {
-		case outcomeDelivered, outcomeRetry, outcomeDead:
-			metrics.Deliveries.WithLabelValues(ep, string(r.Outcome)).Inc()
+		switch r.Result {
+		case resultDelivered, resultRetry, resultDead:
+			metrics.Deliveries.WithLabelValues(ep, string(r.Result)).Inc()
 		default:
 			continue
 		}
 		a, ok := age[r.ID]
-		if !ok || r.Outcome == outcomeRetry {
+		if !ok || r.Result == resultRetry {
 			continue
 		}
 		metrics.DeliveryAttempts.WithLabelValues(ep).Observe(float64(r.Attempt))
-		if r.Outcome == outcomeDelivered {
+		if r.Result == resultDelivered {
 			// The age at record time less the local wait between the 2xx and the record.
 			metrics.CommitToDelivery.WithLabelValues(ep).Observe(max(0, a-time.Since(r.Done).Seconds()))
 		}

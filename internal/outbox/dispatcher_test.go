@@ -23,6 +23,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/store"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // Three dispatchers race over 1,000 rows of 50 entities: every row arrives, exactly
@@ -50,7 +51,7 @@ func TestRacingDispatchersDeliverOncePerEntityInOrder(t *testing.T) {
 		opts.Concurrency = 32
 		start(t, db.pool, opts)
 	}
-	eventually(t, 60*time.Second, "all rows delivered", func() bool {
+	testsupport.Eventually(t, 60*time.Second, 10*time.Millisecond, "all rows delivered", func() bool {
 		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
 	})
 
@@ -95,7 +96,7 @@ func TestDeliveryEnvelopeAndSignature(t *testing.T) {
 	opts := db.options(t, s.srv.URL)
 	opts.SigningKey = whsec
 	start(t, db.pool, opts)
-	eventually(t, 10*time.Second, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
 
 	a := s.snapshot()[0]
 	want := outboxRow{Entity: "ord_1", Seq: 7}.key()
@@ -152,7 +153,7 @@ func TestRetryBackoffGrows(t *testing.T) {
 			opts.PollInterval = 5 * time.Second // retries must wake the loop themselves
 			opts.Random = tc.random
 			start(t, db.pool, opts)
-			eventually(t, 10*time.Second, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
+			testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
 
 			arr := s.snapshot()
 			if len(arr) != 4 {
@@ -212,7 +213,7 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	opts := db.options(t, s.srv.URL)
 	opts.MaxAttempts = 3
 	d, _ := start(t, db.pool, opts)
-	eventually(t, 10*time.Second, "dead letters", func() bool { return db.count(t, "dead_at IS NOT NULL") == 2 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "dead letters", func() bool { return db.count(t, "dead_at IS NOT NULL") == 2 })
 
 	if st := db.state(t, ids[0]); st.Attempts != 3 || st.LastError != "sink answered 500" || st.Delivered || st.Leased {
 		t.Errorf("dead row after maxAttempts: %+v", st)
@@ -223,7 +224,7 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if n := s.count(); n != 4 {
 		t.Errorf("sink saw %d requests, want 3 + 1", n)
 	}
-	eventually(t, 5*time.Second, "backlog gauges", func() bool {
+	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "backlog gauges", func() bool {
 		b, err := d.Backlog(context.Background())
 		return err == nil && b.Dead == 2 && b.Pending == 0 &&
 			testutil.ToFloat64(metrics.OutboxDead.WithLabelValues(testEndpoint)) == 2 &&
@@ -257,7 +258,7 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if strings.Join(progress, ",") != "1/1" {
 		t.Errorf("progress %v", progress)
 	}
-	eventually(t, 10*time.Second, "re-driven row delivered", func() bool { return db.state(t, ids[0]).Delivered })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "re-driven row delivered", func() bool { return db.state(t, ids[0]).Delivered })
 	if st := db.state(t, ids[1]); !st.Dead {
 		t.Errorf("row outside the selection was re-driven: %+v", st)
 	}
@@ -271,7 +272,7 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if err != nil || rep.Replayed != 1 {
 		t.Fatalf("replay by time: %+v, %v", rep, err)
 	}
-	eventually(t, 10*time.Second, "second row delivered", func() bool { return db.state(t, ids[1]).Delivered })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "second row delivered", func() bool { return db.state(t, ids[1]).Delivered })
 	n := s.count()
 	rep, err = RedriveDeadLetters(ctx, db.pool, db.tables, sel, ReplayOptions{})
 	if err != nil || rep.Selected != 0 || rep.Replayed != 0 {
@@ -298,14 +299,14 @@ func TestSlowEntityDoesNotBlockOthers(t *testing.T) {
 		return http.StatusOK
 	})
 	start(t, db.pool, db.options(t, s.srv.URL))
-	eventually(t, 10*time.Second, "B and C delivered while A stalls", func() bool {
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "B and C delivered while A stalls", func() bool {
 		return db.count(t, "entity_key IN ('B', 'C') AND delivered_at IS NOT NULL") == 4
 	})
 	if st := db.state(t, ids[1]); st.Attempts != 0 {
 		t.Errorf("A's second row was claimed while its first was in flight: %+v", st)
 	}
 	close(unstall)
-	eventually(t, 10*time.Second, "A delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == len(ids) })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "A delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == len(ids) })
 	var order []string
 	for _, a := range s.snapshot() {
 		if a.Entity == "A" {
@@ -330,9 +331,9 @@ func TestOrderingNoneDoesNotSerialise(t *testing.T) {
 	opts := db.options(t, s.srv.URL)
 	opts.Ordering = v1alpha1.OrderingNone
 	start(t, db.pool, opts)
-	eventually(t, 10*time.Second, "three A rows in flight at once", func() bool { return s.count() == 3 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "three A rows in flight at once", func() bool { return s.count() == 3 })
 	close(unstall)
-	eventually(t, 10*time.Second, "delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == 3 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "delivered", func() bool { return db.count(t, "delivered_at IS NOT NULL") == 3 })
 }
 
 // A Notifier's NOTIFY, sent after the insert commits, wakes a dispatcher long before its
@@ -353,7 +354,7 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 			t.Errorf("notifier Run: %v", err)
 		}
 	})
-	eventually(t, 10*time.Second, "LISTEN session", func() bool {
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "LISTEN session", func() bool {
 		var n int
 		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&n)
@@ -364,7 +365,7 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 		begin := time.Now()
 		notifier.Notify()
 		notifier.Notify() // folds into the first
-		eventually(t, 2*time.Second, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
+		testsupport.Eventually(t, 2*time.Second, 10*time.Millisecond, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
 		t.Logf("insert %d delivered after %s", seq, time.Since(begin))
 	}
 }
@@ -379,7 +380,7 @@ func TestWakeBeforePoll(t *testing.T) {
 	for seq := range 3 {
 		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
 		d.Wake()
-		eventually(t, 2*time.Second, "delivery after Wake", func() bool { return db.state(t, ids[0]).Delivered })
+		testsupport.Eventually(t, 2*time.Second, 10*time.Millisecond, "delivery after Wake", func() bool { return db.state(t, ids[0]).Delivered })
 	}
 }
 
@@ -400,11 +401,11 @@ func TestListenReconnects(t *testing.T) {
 		return pid
 	}
 	var first int
-	eventually(t, 10*time.Second, "LISTEN session", func() bool { first = listener(); return first != 0 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "LISTEN session", func() bool { first = listener(); return first != 0 })
 	if _, err := db.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, first); err != nil {
 		t.Fatalf("terminate the LISTEN session: %v", err)
 	}
-	eventually(t, 10*time.Second, "a new LISTEN session", func() bool {
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "a new LISTEN session", func() bool {
 		pid := listener()
 		return pid != 0 && pid != first
 	})
@@ -412,7 +413,7 @@ func TestListenReconnects(t *testing.T) {
 	if err := Notify(context.Background(), db.pool, testEndpoint); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
+	testsupport.Eventually(t, 2*time.Second, 10*time.Millisecond, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
 }
 
 // A late worker's result is fenced out by the attempt number of a newer claim.
@@ -427,7 +428,7 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
 	var second []row
-	eventually(t, 5*time.Second, "lease expiry lets the row be claimed again", func() bool {
+	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "lease expiry lets the row be claimed again", func() bool {
 		second, err = q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute)
 		return err == nil && len(second) == 1
 	})
@@ -437,12 +438,12 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute); err != nil || len(again) != 0 {
 		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
 	}
-	acc, err := q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 2, Outcome: outcomeRetry, Delay: time.Hour, Error: "newer"}})
+	acc, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Result: resultRetry, Delay: time.Hour, Error: "newer"}})
 	if err != nil || len(acc) != 1 {
 		t.Fatalf("record newer result: %+v, %v", acc, err)
 	}
-	for _, stale := range []outcome{outcomeDelivered, outcomeDead, outcomeUnsent, outcomeRetry} {
-		acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 1, Outcome: stale, Error: "stale"}})
+	for _, stale := range []result{resultDelivered, resultDead, resultUnsent, resultRetry} {
+		acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Result: stale, Error: "stale"}})
 		if err != nil || len(acc) != 0 {
 			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
 		}
@@ -459,10 +460,10 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	if err != nil || len(third) != 1 || third[0].Attempt != 3 {
 		t.Fatalf("third claim: %+v, %v", third, err)
 	}
-	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 3, Outcome: outcomeDelivered}}); err != nil || len(acc) != 1 {
+	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDelivered}}); err != nil || len(acc) != 1 {
 		t.Fatalf("record delivery: %+v, %v", acc, err)
 	}
-	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []result{{ID: ids[0], Attempt: 3, Outcome: outcomeDead}}); err != nil || len(acc) != 0 {
+	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDead}}); err != nil || len(acc) != 0 {
 		t.Errorf("result after delivery accepted: %+v, %v", acc, err)
 	}
 }
@@ -481,7 +482,7 @@ func TestShutdownReleasesLeases(t *testing.T) {
 	opts := db.options(t, s.srv.URL)
 	opts.ShutdownGrace = 300 * time.Millisecond
 	_, stop := start(t, db.pool, opts)
-	eventually(t, 10*time.Second, "request in flight", func() bool { return s.count() == 1 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "request in flight", func() bool { return s.count() == 1 })
 	begin := time.Now()
 	stop()
 	if took := time.Since(begin); took > 5*time.Second {
@@ -596,7 +597,7 @@ func TestKilledDispatcherProcess(t *testing.T) {
 		<-exited
 	})
 
-	eventually(t, 20*time.Second, "the child's requests reach the sink", func() bool { return s.count() == len(rows) })
+	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "the child's requests reach the sink", func() bool { return s.count() == len(rows) })
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill child: %v", err)
 	}
@@ -615,7 +616,7 @@ func TestKilledDispatcherProcess(t *testing.T) {
 	close(unstall)
 
 	start(t, db.pool, db.options(t, s.srv.URL))
-	eventually(t, 20*time.Second, "re-delivery after the lease", func() bool {
+	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "re-delivery after the lease", func() bool {
 		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
 	})
 	byKey := map[string]int{}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // A claim that returns late (here it waits for a table lock after its transaction,
@@ -92,18 +94,18 @@ func TestSlowClaimNeverPostsPastTheLease(t *testing.T) {
 	opts.Lease, opts.Timeout = lease, timeout
 	began = time.Now()
 	_, stop := start(t, pool, opts)
-	eventually(t, 10*time.Second, "the claim to wait for the lock", func() bool {
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the claim to wait for the lock", func() bool {
 		var waiting int
 		err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted`,
 			db.tables.Outbox).Scan(&waiting)
 		return err == nil && waiting > 0
 	})
-	eventually(t, 10*time.Second, "the claim to have waited long enough", func() bool { return time.Since(began) >= claimWait })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the claim to have waited long enough", func() bool { return time.Since(began) >= claimWait })
 	if err := lockTx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	eventually(t, 20*time.Second, "the row to be delivered", func() bool { return db.state(t, ids[0]).Delivered })
+	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "the row to be delivered", func() bool { return db.state(t, ids[0]).Delivered })
 	stop()
 	mu.Lock()
 	defer mu.Unlock()

@@ -15,16 +15,12 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-// Defaults, matching the CRD defaults of spec.delivery where the spec has the knob.
+// Defaults of the knobs the spec does not have; those it has (maxAttempts, backoff,
+// timeout, ordering, concurrency) default to the v1alpha1 constants.
 const (
-	DefaultMaxAttempts    = 12
-	DefaultBackoffInitial = time.Second
-	DefaultBackoffMax     = 15 * time.Minute
-	DefaultTimeout        = 10 * time.Second
-	DefaultConcurrency    = 16
-	DefaultPollInterval   = time.Second
-	DefaultGaugeInterval  = 10 * time.Second
-	DefaultShutdownGrace  = 10 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultGaugeInterval = 10 * time.Second
+	DefaultShutdownGrace = 10 * time.Second
 	// DefaultBatchSize caps the rows one claim statement takes; the free delivery slots
 	// cap it further.
 	DefaultBatchSize = 128
@@ -83,23 +79,23 @@ type Options struct {
 // withDefaults fills every zero knob.
 func (o Options) withDefaults() Options {
 	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = DefaultMaxAttempts
+		o.MaxAttempts = v1alpha1.DefaultMaxAttempts
 	}
 	if o.BackoffInitial <= 0 {
-		o.BackoffInitial = DefaultBackoffInitial
+		o.BackoffInitial = v1alpha1.DefaultBackoffInitial
 	}
 	if o.BackoffMax <= 0 {
-		o.BackoffMax = DefaultBackoffMax
+		o.BackoffMax = v1alpha1.DefaultBackoffMax
 	}
 	o.BackoffMax = max(o.BackoffMax, o.BackoffInitial)
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+		o.Timeout = v1alpha1.DefaultTimeout
 	}
 	if o.Ordering == "" {
-		o.Ordering = v1alpha1.OrderingPerEntity
+		o.Ordering = v1alpha1.DefaultOrdering
 	}
 	if o.Concurrency <= 0 {
-		o.Concurrency = DefaultConcurrency
+		o.Concurrency = v1alpha1.DefaultConcurrency
 	}
 	if o.Lease <= 0 {
 		// Long enough for one attempt plus recording its result, short enough that a

@@ -32,29 +32,30 @@ type row struct {
 	leaseEnd time.Time
 }
 
-// outcome is what became of one claimed row.
-type outcome string
+// result is what became of one claimed row; its value is the result label of
+// hookkeeper_outbox_deliveries_total for delivered, retry and dead.
+type result string
 
 const (
-	// outcomeDelivered: the sink answered 2xx.
-	outcomeDelivered outcome = "delivered"
-	// outcomeRetry: a failure with attempts left; the row is due again after a delay.
-	outcomeRetry outcome = "retry"
-	// outcomeDead: a 410, or a failure on the last attempt.
-	outcomeDead outcome = "dead"
-	// outcomeUnsent: shutdown came before the request was sent; the claim is undone.
-	outcomeUnsent outcome = "unsent"
-	// outcomeAbandoned: the request was sent but shutdown cut it off; the lease is
+	// resultDelivered: the sink answered 2xx.
+	resultDelivered result = "delivered"
+	// resultRetry: a failure with attempts left; the row is due again after a delay.
+	resultRetry result = "retry"
+	// resultDead: a 410, or a failure on the last attempt.
+	resultDead result = "dead"
+	// resultUnsent: shutdown came before the request was sent; the claim is undone.
+	resultUnsent result = "unsent"
+	// resultAbandoned: the request was sent but shutdown cut it off; the lease is
 	// released so another dispatcher retries now, and the attempt still counts.
-	outcomeAbandoned outcome = "abandoned"
+	resultAbandoned result = "abandoned"
 )
 
-// result is one row's outcome, recorded fenced on the claimed attempt.
-type result struct {
+// rowResult is what became of one row, recorded fenced on the claimed attempt.
+type rowResult struct {
 	ID      int64
 	Attempt int
-	Outcome outcome
-	// Delay before the row is due again (outcomeRetry).
+	Result  result
+	// Delay before the row is due again (resultRetry).
 	Delay time.Duration
 	// Error is a short, secret-free description of the failure.
 	Error string
@@ -116,15 +117,15 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.p
 WITH async AS (SELECT %[2]s)
 UPDATE %[1]s o SET
 	lease_until  = NULL,
-	attempts     = CASE WHEN r.outcome = 'unsent' THEN o.attempts - 1 ELSE o.attempts END,
-	delivered_at = CASE WHEN r.outcome = 'delivered' THEN now() END,
-	dead_at      = CASE WHEN r.outcome = 'dead' THEN now() ELSE o.dead_at END,
-	available_at = CASE WHEN r.outcome = 'retry'
+	attempts     = CASE WHEN r.result = 'unsent' THEN o.attempts - 1 ELSE o.attempts END,
+	delivered_at = CASE WHEN r.result = 'delivered' THEN now() END,
+	dead_at      = CASE WHEN r.result = 'dead' THEN now() ELSE o.dead_at END,
+	available_at = CASE WHEN r.result = 'retry'
 	                    THEN now() + r.delay_us * interval '1 microsecond'
 	                    ELSE o.available_at END,
-	last_error   = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE o.last_error END
+	last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[])
-	AS r(id, attempt, outcome, delay_us, err), async
+	AS r(id, attempt, result, delay_us, err), async
 WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
 RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, outboxTable, asyncCommit),
 
@@ -179,17 +180,17 @@ type recorded struct {
 }
 
 // recordResults writes a batch of results and returns the rows the fence accepted.
-func (q queries) recordResults(ctx context.Context, db querier, endpoint string, results []result) ([]recorded, error) {
+func (q queries) recordResults(ctx context.Context, db querier, endpoint string, results []rowResult) ([]recorded, error) {
 	ids := make([]int64, len(results))
 	attempts := make([]int32, len(results))
-	outcomes := make([]string, len(results))
+	resultNames := make([]string, len(results))
 	delays := make([]int64, len(results))
 	errs := make([]string, len(results))
 	for i, r := range results {
-		ids[i], attempts[i], outcomes[i] = r.ID, int32(r.Attempt), string(r.Outcome) //nolint:gosec // attempts are bounded by maxAttempts (<= 100) plus crash retries
+		ids[i], attempts[i], resultNames[i] = r.ID, int32(r.Attempt), string(r.Result) //nolint:gosec // attempts are bounded by maxAttempts (<= 100) plus crash retries
 		delays[i], errs[i] = r.Delay.Microseconds(), r.Error
 	}
-	rows, err := db.Query(ctx, q.record, ids, attempts, outcomes, delays, errs, endpoint)
+	rows, err := db.Query(ctx, q.record, ids, attempts, resultNames, delays, errs, endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("record delivery results: %w", err)
 	}

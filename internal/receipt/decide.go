@@ -101,15 +101,15 @@ type entityState struct {
 	lastAt *time.Time
 }
 
-func (s *entityState) advance(v verdict, ev *Event) {
+func (s *entityState) advance(v decision, ev *Event) {
 	s.state = v.t.To
 	if ev.OccurredAt != nil && (s.lastAt == nil || ev.OccurredAt.After(*s.lastAt)) {
 		s.lastAt = ev.OccurredAt
 	}
 }
 
-// verdict is what was decided for one event.
-type verdict struct {
+// decision is what was decided for one event.
+type decision struct {
 	outcome Outcome
 	detail  string
 	// t is the applied transition, or the one whose guard failed to evaluate.
@@ -188,7 +188,7 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
 			return nil, ErrRetryLater
 		}
-		return []step{r.writeStep(c, verdict{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false)}, nil
+		return []step{r.writeStep(c, decision{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false)}, nil
 	}
 	if view.seen && c.receiptID == 0 {
 		// A copy of a recorded event: nothing is written, not even the entity the lock
@@ -299,9 +299,9 @@ func (r *Recorder) liveFor(ctx context.Context, c *candidate) any {
 var errLiveUnavailable = errors.New("the provider's object could not be fetched")
 
 // judge evaluates one event against the entity as the plan has advanced it.
-func (r *Recorder) judge(ev *Event, live any, cur entityState, created bool) verdict {
-	if live == errLiveUnavailable {
-		return verdict{outcome: OutcomeParked, detail: errLiveUnavailable.Error()}
+func (r *Recorder) judge(ev *Event, live any, cur entityState, created bool) decision {
+	if err, ok := live.(error); ok && errors.Is(err, errLiveUnavailable) {
+		return decision{outcome: OutcomeParked, detail: errLiveUnavailable.Error()}
 	}
 	live, liveDetail, rejected := unwrapLive(live)
 	d := r.ep.Machine.Decide(statemachine.Input{
@@ -311,10 +311,10 @@ func (r *Recorder) judge(ev *Event, live any, cur entityState, created bool) ver
 	})
 	// The fetch speaks for the transitions that re-fetch: their guard failing (or failing
 	// to evaluate on the object the provider says does not exist) or holding.
-	if d.Verdict == statemachine.GuardFailed || (d.Verdict == statemachine.GuardError && rejected != nil) ||
-		(d.Verdict == statemachine.Apply && d.Transition.Refetch) {
+	if d.Outcome == statemachine.GuardFailed || (d.Outcome == statemachine.GuardError && rejected != nil) ||
+		(d.Outcome == statemachine.Apply && d.Transition.Refetch) {
 		if rejected != nil {
-			d = statemachine.Decision{Verdict: statemachine.GuardFailed, Detail: rejected.Detail}
+			d = statemachine.Decision{Outcome: statemachine.GuardFailed, Detail: rejected.Detail}
 		} else {
 			d.Detail = joinDetail(d.Detail, liveDetail)
 		}
@@ -323,8 +323,8 @@ func (r *Recorder) judge(ev *Event, live any, cur entityState, created bool) ver
 	if created {
 		detail = joinDetail(DetailCreated, detail)
 	}
-	v := verdict{outcome: Outcome(d.Verdict), detail: detail, t: d.Transition}
-	if d.Verdict == statemachine.Apply {
+	v := decision{outcome: d.Outcome, detail: detail, t: d.Transition}
+	if d.Outcome == statemachine.Apply {
 		v.from = cur.state
 		if d.Transition.Emit != "" {
 			v.outboxKey = DedupeKey(r.key, ev.ID, d.Transition.Emit)
@@ -333,9 +333,9 @@ func (r *Recorder) judge(ev *Event, live any, cur entityState, created bool) ver
 	return v
 }
 
-// writeStep records c's verdict: a new receipt for the delivered event, an update of a
+// writeStep records c's decision: a new receipt for the delivered event, an update of a
 // stored one. It fills c.res when it runs.
-func (r *Recorder) writeStep(c *candidate, v verdict, created bool) step {
+func (r *Recorder) writeStep(c *candidate, v decision, created bool) step {
 	c.res = Result{Outcome: v.outcome, Detail: v.detail, ReceiptID: c.receiptID, EventID: c.ev.ID}
 	if v.t != nil {
 		c.res.Transition = v.t.Name
@@ -429,7 +429,7 @@ func (r *Recorder) receiptArgs(a pgx.NamedArgs, ev *Event) {
 }
 
 // moveArgs add an applied transition's parameters.
-func (r *Recorder) moveArgs(a pgx.NamedArgs, v verdict) {
+func (r *Recorder) moveArgs(a pgx.NamedArgs, v decision) {
 	a["from"], a["to"] = v.from, v.t.To
 	if r.mode == appTable {
 		a["app_from"], a["app_to"] = v.from, v.t.To

@@ -290,7 +290,7 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		for _, i := range order {
 			ev := &group[i].ev
 			if !r.needsLock(ev) {
-				tx.queue(r.writeStep(plans[i].primary, r.unlockedVerdict(ev), false))
+				tx.queue(r.writeStep(plans[i].primary, r.unlockedDecision(ev), false))
 				continue
 			}
 			steps, err := r.planEntity(ctx, plans[i], &views[i], true)

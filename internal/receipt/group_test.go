@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // member queues nothing: it is a group member for run, with its reply channel.
@@ -58,18 +59,18 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 		wg.Go(func() { results[i], errs[i] = f.rec.Record(f.ctx, e) })
 	}
 	send(0, ev("evt_0", "payment_intent.succeeded", "order-0", 1000, t0))
-	waitFor(t, "the first group to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first group to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
 	for i := 1; i < n; i++ {
 		send(i, ev(fmt.Sprintf("evt_%d", i), "payment_intent.succeeded", fmt.Sprintf("order-%d", i), 1000, t0))
 	}
 	queued := func(k int) func() bool {
 		return func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == k }
 	}
-	waitFor(t, "deliveries 1.. to queue", queued(n-1))
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "deliveries 1.. to queue", queued(n-1))
 	// A copy of evt_1, queued after it, conflicts with it: it must wait for a later
 	// group, and be a duplicate.
 	send(n, ev("evt_1", "payment_intent.succeeded", "order-1", 1000, t0))
-	waitFor(t, "every delivery to queue", queued(n))
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "every delivery to queue", queued(n))
 	close(release)
 	wg.Wait()
 
@@ -267,17 +268,5 @@ func TestGroupTakeSkipsConflictsAndGoneCallers(t *testing.T) {
 	}
 	if rep := awaitReply(t, goneMember); !errors.Is(rep.err, context.Canceled) {
 		t.Fatalf("the member whose caller left: %+v, %v; want context.Canceled", rep.res, rep.err)
-	}
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -92,25 +92,29 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/event"
+	"github.com/hookkeeper/hookkeeper/internal/statemachine"
 )
 
 // Event is the event package's Event; it lives there so config can produce events
 // without importing this package.
 type Event = event.Event
 
-// Outcome is the stored outcome of a receipt.
-type Outcome string
+// Outcome is the stored outcome of a receipt: the state machine's vocabulary.
+type Outcome = statemachine.Outcome
 
-// The outcomes, the values of webhook_events.outcome.
+// The outcomes, the values of webhook_events.outcome: the state machine's, under the
+// names they are recorded by, and the two decided without it.
 const (
-	OutcomeApplied      Outcome = "applied"
-	OutcomeIgnoredState Outcome = "ignored_state"
-	OutcomeGuardFailed  Outcome = "guard_failed"
-	OutcomeGuardError   Outcome = "guard_error"
-	OutcomeParked       Outcome = "parked"
-	OutcomeExpired      Outcome = "expired"
-	OutcomeUnmatched    Outcome = "unmatched"
-	OutcomeUnhandled    Outcome = "unhandled"
+	OutcomeApplied      = statemachine.Apply
+	OutcomeIgnoredState = statemachine.IgnoredState
+	OutcomeGuardFailed  = statemachine.GuardFailed
+	OutcomeGuardError   = statemachine.GuardError
+	OutcomeParked       = statemachine.Park
+	OutcomeUnhandled    = statemachine.Unhandled
+	// OutcomeExpired: a parked event that waited longer than parkFor (park.go).
+	OutcomeExpired Outcome = "expired"
+	// OutcomeUnmatched: no entity with the event's key, or no key (onUnmatched Record).
+	OutcomeUnmatched Outcome = "unmatched"
 )
 
 // Outcomes lists every outcome, in the order reports print them.
@@ -286,7 +290,7 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 			ev := &evs[i]
 			plans[i] = &entityPlan{primary: &candidate{ev: *ev, live: lives[i]}}
 			if !r.needsLock(ev) {
-				tx.queue(r.writeStep(plans[i].primary, r.unlockedVerdict(ev), false))
+				tx.queue(r.writeStep(plans[i].primary, r.unlockedDecision(ev), false))
 				continue
 			}
 			var view entityView
@@ -341,10 +345,10 @@ func (r *Recorder) needsLock(ev *Event) bool {
 	return ev.EntityKey != "" && r.ep.Machine.Handles(ev.Type)
 }
 
-// unlockedVerdict is the outcome of an event that needs no lock (see needsLock).
-func (r *Recorder) unlockedVerdict(ev *Event) verdict {
+// unlockedDecision is the outcome of an event that needs no lock (see needsLock).
+func (r *Recorder) unlockedDecision(ev *Event) decision {
 	if r.ep.Machine.Handles(ev.Type) {
-		return verdict{outcome: OutcomeUnmatched, detail: DetailNoKey}
+		return decision{outcome: OutcomeUnmatched, detail: DetailNoKey}
 	}
-	return verdict{outcome: OutcomeUnhandled, detail: detailNotHandled}
+	return decision{outcome: OutcomeUnhandled, detail: detailNotHandled}
 }

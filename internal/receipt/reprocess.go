@@ -61,7 +61,7 @@ func (r *Recorder) Reprocess(ctx context.Context, receiptID int64) (Result, erro
 				c.res = Result{Duplicate: true, Outcome: c.was, ReceiptID: receiptID}
 				return nil
 			}
-			tx.queue(r.writeStep(c, r.unlockedVerdict(&ev), false))
+			tx.queue(r.writeStep(c, r.unlockedDecision(&ev), false))
 			return nil
 		}
 		if r.live != nil && r.ep.Machine.NeedsLive(ev.Type) {

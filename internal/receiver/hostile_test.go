@@ -57,7 +57,7 @@ func TestRejectionLogsAreRateLimitedAndCountersExact(t *testing.T) {
 
 	// A later rejection says how many were left out since the previous line.
 	withCount := regexp.MustCompile(`webhook rejected: signature.*"suppressed"=(\d+)`)
-	waitFor(t, "a rejection line with the suppressed count", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "a rejection line with the suppressed count", func() bool {
 		f.post("/hooks", body, forged)
 		return withCount.MatchString(f.logs.text())
 	})
@@ -165,7 +165,7 @@ func TestRequestsBeyondMaxInFlightGet503WithRetryAfter(t *testing.T) {
 
 	releaseOnce.Do(func() { close(release) })
 	wg.Wait()
-	waitFor(t, "a free slot to serve the next request", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "a free slot to serve the next request", func() bool {
 		resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
 		if err != nil {
 			return false
@@ -219,7 +219,7 @@ func TestReadyzChecksTheSchemaVersion(t *testing.T) {
 		t.Helper()
 		var code int
 		var body []byte
-		waitFor(t, "/readyz to answer", func() bool {
+		testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to answer", func() bool {
 			resp, err := http.Get("http://" + adminLn.Addr().String() + "/readyz")
 			if err != nil {
 				return false

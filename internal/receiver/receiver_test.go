@@ -631,7 +631,7 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		result <- response{code: resp.StatusCode, body: string(b)}
 	}()
-	waitFor(t, "the receiver's transaction to wait for the row lock", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "the receiver's transaction to wait for the row lock", func() bool {
 		var n int
 		err := f.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
@@ -640,7 +640,7 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- f.stop() }()
-	waitFor(t, "/readyz to fail while draining", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to fail while draining", func() bool {
 		resp, err := http.Get(f.adminURL + "/readyz")
 		if err != nil {
 			return false
@@ -656,7 +656,7 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 	default:
 	}
 	// New connections are refused once shutdown has begun.
-	waitFor(t, "the webhook listener to close", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "the webhook listener to close", func() bool {
 		c, err := net.DialTimeout("tcp", strings.TrimPrefix(f.base, "http://"), time.Second)
 		if err != nil {
 			return true
@@ -687,17 +687,6 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 	var outcome string
 	if err := f.admin.QueryRow(ctx, `SELECT outcome FROM hookkeeper.webhook_events WHERE event_id = 'evt_inflight'`).Scan(&outcome); err != nil || outcome != "applied" {
 		t.Errorf("in-flight event outcome %q (%v), want applied", outcome, err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 )
 
@@ -54,7 +55,7 @@ type ServerOptions struct {
 	Endpoint string
 	// MaxInFlight caps the webhook requests handled at once (spec.receiver.maxInFlight);
 	// beyond it a request gets 503 with Retry-After before its body is read. Zero means
-	// DefaultMaxInFlight.
+	// v1alpha1.DefaultMaxInFlight.
 	MaxInFlight int
 	// DB backs /readyz.
 	DB Pinger
@@ -93,7 +94,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
+		opts.MaxInFlight = v1alpha1.DefaultMaxInFlight
 	}
 	s := &Server{opts: opts}
 	webhookLog := opts.Logger.WithName("webhook")
@@ -200,10 +201,6 @@ func (s *Server) Serve(ctx context.Context, webhookLn, adminLn net.Listener) err
 // outcomeOverloaded is the outcome label of a request refused because maxInFlight
 // requests were in flight.
 const outcomeOverloaded = "overloaded"
-
-// DefaultMaxInFlight is the in-flight cap when ServerOptions.MaxInFlight is zero; the
-// same as the CRD default of spec.receiver.maxInFlight.
-const DefaultMaxInFlight = 64
 
 // limitInFlight admits at most limit requests into next at once and answers the rest
 // 503 with Retry-After at once, before any body byte is read. It never queues: a queue

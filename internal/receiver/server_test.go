@@ -66,10 +66,10 @@ func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request never reached the handler")
 	}
-	waitFor(t, "the task to start", taskStarted.Load)
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "the task to start", taskStarted.Load)
 
 	cancel()
-	waitFor(t, "/readyz to fail while draining", func() bool {
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to fail while draining", func() bool {
 		resp, err := http.Get("http://" + adminLn.Addr().String() + "/readyz")
 		if err != nil {
 			return false

@@ -56,7 +56,7 @@ func New(provider v1alpha1.ProviderSpec, apiKey string, opts Options) (*Refetche
 	if len(spec.Transitions) == 0 {
 		return nil, errors.New("refetch: spec.provider.refetch.transitions is empty")
 	}
-	timeout := DefaultTimeout
+	timeout := v1alpha1.DefaultRefetchTimeout
 	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
 		timeout = spec.Timeout.Duration
 	}

@@ -14,14 +14,12 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 )
 
 // StripeAPI is Stripe's public API, the default base URL.
 const StripeAPI = "https://api.stripe.com"
-
-// DefaultTimeout bounds one provider call when none is configured.
-const DefaultTimeout = 5 * time.Second
 
 // maxObjectBytes caps a fetched object. Stripe objects are a few KiB; the cap only
 // stops a misbehaving server from filling the receiver's memory.
@@ -77,7 +75,7 @@ type StripeOptions struct {
 	// APIVersion is sent as Stripe-Version when set; otherwise the account's default
 	// API version shapes the object.
 	APIVersion string
-	// Timeout of one call; DefaultTimeout when zero.
+	// Timeout of one call; v1alpha1.DefaultRefetchTimeout when zero.
 	Timeout time.Duration
 	// CacheTTL is how long a fetched object answers later events about the same object
 	// (see cache.go); DefaultCacheTTL when zero, no cache when negative.
@@ -111,7 +109,7 @@ func NewStripe(opts StripeOptions) (*Stripe, error) {
 		return nil, err
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = v1alpha1.DefaultRefetchTimeout
 	}
 	if opts.CacheTTL == 0 {
 		opts.CacheTTL = DefaultCacheTTL

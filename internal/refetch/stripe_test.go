@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // stripeEvent is a Stripe event of type typ naming object (type, id) whose own copy of
@@ -279,7 +280,7 @@ func TestCacheSharesABurstOfOneObject(t *testing.T) {
 		_, err := s.Fetch(context.Background(), ev)
 		errs <- err
 	}()
-	waitFor(t, "the first request to reach the API", func() bool { return stub.inFlight.Load() == 1 })
+	testsupport.Eventually(t, 10*time.Second, 5*time.Millisecond, "the first request to reach the API", func() bool { return stub.inFlight.Load() == 1 })
 	for range n - 1 {
 		go func() {
 			_, err := s.Fetch(context.Background(), ev)

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // testAPIKey is what the stub accepts; tests check it never leaks.
@@ -131,18 +130,6 @@ func (s *stripeStub) lastPath() string {
 		return ""
 	}
 	return s.paths[len(s.paths)-1]
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func fixture(t *testing.T, name string) []byte {

@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,9 +13,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 )
 
-// DefaultReplicas applies when spec.receiver.replicas is unset (the CRD defaults it too).
-const DefaultReplicas int32 = 2
-
 // Replicas is the number of receiver pods: zero when no signing secret is active, so no
 // pod verifies with an expired secret and providers keep retrying until one is added
 // (fail closed, nothing lost).
@@ -25,7 +21,7 @@ func Replicas(ep *v1alpha1.WebhookEndpoint, opts Options) int32 {
 		return 0
 	}
 	if ep.Spec.Receiver.Replicas == nil {
-		return DefaultReplicas
+		return v1alpha1.DefaultReplicas
 	}
 	return *ep.Spec.Receiver.Replicas
 }
@@ -37,19 +33,7 @@ func SinkURL(ep *v1alpha1.WebhookEndpoint) string {
 	if ref == nil {
 		return ""
 	}
-	ns := ref.Namespace
-	if ns == "" {
-		ns = ep.Namespace
-	}
-	port := ref.Port
-	if port == 0 {
-		port = 80
-	}
-	path := ref.Path
-	if path == "" {
-		path = "/"
-	}
-	return fmt.Sprintf("http://%s.%s.svc:%d%s", ref.Name, ns, port, path)
+	return ref.URL(ep.Namespace)
 }
 
 // receiverEnv is the receiver's environment: the rendered endpoint, every referenced

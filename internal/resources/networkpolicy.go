@@ -11,9 +11,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 )
 
-// DefaultDatabasePort applies when spec.networkPolicy.egress.databasePort is unset.
-const DefaultDatabasePort int32 = 5432
-
 // WantsNetworkPolicy reports whether ep's receiver pods are fenced.
 func WantsNetworkPolicy(ep *v1alpha1.WebhookEndpoint) bool {
 	return ep.Spec.NetworkPolicy.IsEnabled()
@@ -73,7 +70,7 @@ func NetworkPolicy(ep *v1alpha1.WebhookEndpoint) *networkingv1.NetworkPolicy {
 func egressRules(eg *v1alpha1.EgressSpec) []networkingv1.NetworkPolicyEgressRule {
 	dbPort := eg.DatabasePort
 	if dbPort == 0 {
-		dbPort = DefaultDatabasePort
+		dbPort = v1alpha1.DefaultDatabasePort
 	}
 	rules := []networkingv1.NetworkPolicyEgressRule{
 		{Ports: []networkingv1.NetworkPolicyPort{

@@ -100,9 +100,6 @@ func fail(reason Reason, format string, args ...any) *Error {
 	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// DefaultTolerance is the accepted age of a signed timestamp when the spec sets none.
-const DefaultTolerance = 5 * time.Minute
-
 // ErrNoSecrets is returned by New when it is given no secrets at all: a verifier without
 // a secret could only ever reject, which is a configuration error worth surfacing early.
 var ErrNoSecrets = errors.New("no signing secrets configured")
@@ -114,7 +111,7 @@ func New(spec v1alpha1.ProviderSpec, secrets []Secret) (Verifier, error) {
 	if spec.HMAC != nil && spec.Type != v1alpha1.ProviderHMAC {
 		return nil, fmt.Errorf("provider.hmac is set but provider.type is %q; it is only allowed with type HMAC", spec.Type)
 	}
-	tolerance := DefaultTolerance
+	tolerance := v1alpha1.DefaultTolerance
 	if spec.Tolerance != nil {
 		tolerance = spec.Tolerance.Duration
 		if tolerance <= 0 {

@@ -290,9 +290,9 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 			want Reason
 		}{
 			{"at the signed time", signed, ""},
-			{"at the edge of the default tolerance", signed.Add(DefaultTolerance), ""},
-			{"just past the tolerance", signed.Add(DefaultTolerance + time.Second), ReasonTimestampOutOfTolerance},
-			{"just before a future timestamp's tolerance", signed.Add(-DefaultTolerance - time.Second), ReasonTimestampOutOfTolerance},
+			{"at the edge of the default tolerance", signed.Add(v1alpha1.DefaultTolerance), ""},
+			{"just past the tolerance", signed.Add(v1alpha1.DefaultTolerance + time.Second), ReasonTimestampOutOfTolerance},
+			{"just before a future timestamp's tolerance", signed.Add(-v1alpha1.DefaultTolerance - time.Second), ReasonTimestampOutOfTolerance},
 			{"a day later (replay)", signed.Add(24 * time.Hour), ReasonTimestampOutOfTolerance},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

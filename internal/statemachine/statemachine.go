@@ -43,17 +43,20 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 )
 
-// Verdict is the state machine's answer for one event.
-type Verdict string
+// Outcome is what becomes of one event: one vocabulary from Decide to the stored
+// receipt (webhook_events.outcome, receipt.Outcome is this type) and the metrics'
+// outcome label. Decide returns the outcomes below; the receipt adds the two it decides
+// without the machine (receipt.OutcomeExpired, receipt.OutcomeUnmatched).
+type Outcome string
 
-// The verdicts; they are the receipt outcomes of the same names.
+// The outcomes Decide returns.
 const (
-	Apply        Verdict = "applied"
-	IgnoredState Verdict = "ignored_state"
-	GuardFailed  Verdict = "guard_failed"
-	GuardError   Verdict = "guard_error"
-	Park         Verdict = "parked"
-	Unhandled    Verdict = "unhandled"
+	Apply        Outcome = "applied"
+	IgnoredState Outcome = "ignored_state"
+	GuardFailed  Outcome = "guard_failed"
+	GuardError   Outcome = "guard_error"
+	Park         Outcome = "parked"
+	Unhandled    Outcome = "unhandled"
 )
 
 // DetailStale is the detail of an IgnoredState decision caused by an old occurredAt.
@@ -103,7 +106,7 @@ type Input struct {
 
 // Decision is Decide's answer.
 type Decision struct {
-	Verdict Verdict
+	Outcome Outcome
 	// Transition is the applied transition (Apply), or the one whose guard failed to
 	// evaluate (GuardError).
 	Transition *Transition
@@ -286,10 +289,10 @@ func (m *Machine) NeedsLive(eventType string) bool {
 func (m *Machine) Decide(in Input) Decision {
 	candidates := m.byType[in.Event.Type]
 	if len(candidates) == 0 {
-		return Decision{Verdict: Unhandled, Detail: "no transition handles this event type"}
+		return Decision{Outcome: Unhandled, Detail: "no transition handles this event type"}
 	}
 	if in.Event.OccurredAt != nil && in.Entity.LastEventAt != nil && in.Event.OccurredAt.Before(*in.Entity.LastEventAt) {
-		return Decision{Verdict: IgnoredState, Detail: DetailStale}
+		return Decision{Outcome: IgnoredState, Detail: DetailStale}
 	}
 	var allowed []*Transition
 	for _, t := range candidates {
@@ -299,25 +302,25 @@ func (m *Machine) Decide(in Input) Decision {
 	}
 	if len(allowed) == 0 {
 		if m.CanStillApply(in.Event.Type, in.Entity.State) {
-			return Decision{Verdict: Park, Detail: fmt.Sprintf("no transition for this event type starts from state %q yet; one starts from a state reachable from it", in.Entity.State)}
+			return Decision{Outcome: Park, Detail: fmt.Sprintf("no transition for this event type starts from state %q yet; one starts from a state reachable from it", in.Entity.State)}
 		}
-		return Decision{Verdict: IgnoredState, Detail: fmt.Sprintf("no transition for this event type starts from state %q or any state reachable from it", in.Entity.State)}
+		return Decision{Outcome: IgnoredState, Detail: fmt.Sprintf("no transition for this event type starts from state %q or any state reachable from it", in.Entity.State)}
 	}
 	var failed []string
 	for _, t := range allowed {
 		if t.guard == nil {
-			return Decision{Verdict: Apply, Transition: t}
+			return Decision{Outcome: Apply, Transition: t}
 		}
 		ok, err := t.evalGuard(in)
 		if err != nil {
-			return Decision{Verdict: GuardError, Transition: t, Detail: fmt.Sprintf("%s: guard failed to evaluate: %v", t.Name, err)}
+			return Decision{Outcome: GuardError, Transition: t, Detail: fmt.Sprintf("%s: guard failed to evaluate: %v", t.Name, err)}
 		}
 		if ok {
-			return Decision{Verdict: Apply, Transition: t}
+			return Decision{Outcome: Apply, Transition: t}
 		}
 		failed = append(failed, t.Name+": guard is false")
 	}
-	return Decision{Verdict: GuardFailed, Detail: strings.Join(failed, "; ")}
+	return Decision{Outcome: GuardFailed, Detail: strings.Join(failed, "; ")}
 }
 
 func (t *Transition) evalGuard(in Input) (bool, error) {

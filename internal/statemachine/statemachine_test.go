@@ -40,7 +40,7 @@ func TestDecide(t *testing.T) {
 		ev         event.Event
 		ent        Entity
 		live       any
-		verdict    Verdict
+		outcome    Outcome
 		transition string
 		detail     string
 	}{
@@ -63,8 +63,8 @@ func TestDecide(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			d := m.Decide(Input{Event: tc.ev, Entity: tc.ent, Live: tc.live})
-			if d.Verdict != tc.verdict {
-				t.Fatalf("verdict = %s (%s), want %s", d.Verdict, d.Detail, tc.verdict)
+			if d.Outcome != tc.outcome {
+				t.Fatalf("outcome = %s (%s), want %s", d.Outcome, d.Detail, tc.outcome)
 			}
 			if tc.transition != "" && (d.Transition == nil || d.Transition.Name != tc.transition) {
 				t.Fatalf("transition = %+v, want %s", d.Transition, tc.transition)
@@ -124,8 +124,8 @@ func TestGuardErrorNeverFallsThrough(t *testing.T) {
 		Event:  event.Event{Type: "pull_request.closed", Body: map[string]any{"pull_request": map[string]any{"merged": true}}},
 		Entity: Entity{State: "opened"},
 	})
-	if d.Verdict != GuardError || d.Transition == nil || d.Transition.Name != "merge" {
-		t.Fatalf("decision = %s %+v (%s), want guard_error on merge", d.Verdict, d.Transition, d.Detail)
+	if d.Outcome != GuardError || d.Transition == nil || d.Transition.Name != "merge" {
+		t.Fatalf("decision = %s %+v (%s), want guard_error on merge", d.Outcome, d.Transition, d.Detail)
 	}
 	if !strings.Contains(d.Detail, "mergd") {
 		t.Fatalf("detail %q does not name the missing field", d.Detail)

@@ -216,13 +216,16 @@ func runConvergence(t *testing.T, o runOptions) runResult {
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	var pending, dead, rows int
-	err = pollUntil(ctx, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
+	err = testsupport.Poll(ctx, 2*time.Minute, 100*time.Millisecond, func() error {
 		err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE delivered_at IS NULL AND dead_at IS NULL),
   count(*) FILTER (WHERE dead_at IS NOT NULL), count(*) FROM hookkeeper.outbox`).Scan(&pending, &dead, &rows)
 		if err != nil {
-			return false, err
+			return err
 		}
-		return pending == 0, fmt.Errorf("%d outbox rows undelivered", pending)
+		if pending != 0 {
+			return fmt.Errorf("%d outbox rows undelivered", pending)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("waiting for the outbox to drain: %v", err)
@@ -433,8 +436,11 @@ func deliverAll(t *testing.T, ctx context.Context, machines []*machine, reqs []*
 		go func() {
 			for _, share := range killAt {
 				threshold := int64(float64(len(reqs)) * share)
-				err := pollUntil(ctx, 3*time.Minute, 5*time.Millisecond, func() (bool, error) {
-					return acked.Load() >= threshold, nil
+				err := testsupport.Poll(ctx, 3*time.Minute, 5*time.Millisecond, func() error {
+					if n := acked.Load(); n < threshold {
+						return fmt.Errorf("%d acknowledged", n)
+					}
+					return nil
 				})
 				if err != nil {
 					killed <- fmt.Errorf("load never reached %d acknowledged requests: %w", threshold, err)

@@ -3,7 +3,6 @@ package convergence
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // repoRoot is the directory of go.mod above the test's working directory.
@@ -75,28 +75,6 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
-}
-
-// pollUntil polls cond every interval until it holds or the deadline passes.
-func pollUntil(ctx context.Context, timeout, interval time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("condition never held")
-			}
-			return fmt.Errorf("after %s: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
 }
 
 // receiverProc is a `hookkeeper receiver` subprocess, configured as the operator
@@ -159,18 +137,21 @@ func (p *receiverProc) start(ctx context.Context) error {
 		close(exited)
 	}()
 	client := &http.Client{Timeout: time.Second}
-	err = pollUntil(ctx, 60*time.Second, 50*time.Millisecond, func() (bool, error) {
+	err = testsupport.Poll(ctx, 60*time.Second, 50*time.Millisecond, func() error {
 		select {
 		case <-exited:
-			return false, fmt.Errorf("receiver exited: %v", p.waitErr)
+			return fmt.Errorf("receiver exited: %w", p.waitErr)
 		default:
 		}
 		resp, err := client.Get("http://" + p.adminAddr + "/readyz")
 		if err != nil {
-			return false, err
+			return err
 		}
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Errorf("/readyz: %d", resp.StatusCode)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %d", resp.StatusCode)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("receiver not ready: %w\n%s", err, p.logTail())

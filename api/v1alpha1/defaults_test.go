@@ -1,0 +1,230 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+// The CRD's +kubebuilder:default markers cannot name the Go constants, so this test is
+// what binds them: every minimal endpoint below, stored by a real API server and read
+// back, must equal the same endpoint defaulted by WebhookEndpointSpec.Default. The cases
+// reach every optional object that has defaults of its own (hmac, refetch, serviceRef,
+// entity.table, networkPolicy.egress). It also keeps GitOps tools free of drift: what
+// they apply is what they read back, defaults included.
+func TestDefaultsMatchTheAPIServer(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	ref := func(n, k string) corev1.SecretKeySelector {
+		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: n}, Key: k}
+	}
+	cases := map[string]func(*v1alpha1.WebhookEndpoint){
+		"minimal": func(*v1alpha1.WebhookEndpoint) {},
+		"hmac provider": func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{Header: "X-Signature"}}
+		},
+		"refetch, serviceRef, app table, egress": func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: ref("stripe", "api-key"), Transitions: []string{"capture"}}
+			w.Spec.Delivery.Sink = v1alpha1.SinkSpec{ServiceRef: &v1alpha1.ServiceReference{Name: "fulfilment"}}
+			w.Spec.Entity.Table = &v1alpha1.EntityTableSpec{Name: "orders", KeyColumn: "id", StateColumn: "status"}
+			w.Spec.NetworkPolicy.Egress = &v1alpha1.EgressSpec{}
+		},
+	}
+	i := 0
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := validEndpoint(fmt.Sprintf("defaults-%d", i))
+			i++
+			mutate(in)
+			want := in.Spec.DeepCopy()
+			want.Default()
+			if reflect.DeepEqual(*want, in.Spec) {
+				t.Fatal("Default changed nothing in a minimal endpoint")
+			}
+
+			if err := c.Create(ctx, in); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
+			var got v1alpha1.WebhookEndpoint
+			if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if !reflect.DeepEqual(got.Spec, *want) {
+				t.Fatalf("the API server's defaults differ from WebhookEndpointSpec.Default (-apiserver +go):\n%s",
+					jsonDiff(t, got.Spec, *want))
+			}
+
+			again := want.DeepCopy()
+			again.Default()
+			if !reflect.DeepEqual(*again, *want) {
+				t.Errorf("Default is not idempotent:\n%s", jsonDiff(t, *want, *again))
+			}
+		})
+	}
+}
+
+// The CRD's validation markers cannot name the Go constants either: this test reads the
+// generated CRD and checks each limit Go validation repeats against its constant.
+func TestLimitsMatchTheCRD(t *testing.T) {
+	path := filepath.Join(testsupport.RepoRoot(t), "config", "crd", "bases", "hookkeeper.dev_webhookendpoints.yaml")
+	data, err := os.ReadFile(path) //nolint:gosec // a fixed path in the repository
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	field := func(dotted string) map[string]any {
+		node := root["properties"].(map[string]any)["spec"].(map[string]any)
+		for p := range strings.SplitSeq(dotted, ".") {
+			props, _ := node["properties"].(map[string]any)
+			next, ok := props[p].(map[string]any)
+			if !ok {
+				t.Fatalf("the CRD has no spec.%s", dotted)
+			}
+			node = next
+		}
+		return node
+	}
+	num := func(v any) any {
+		if f, ok := v.(float64); ok {
+			return int64(f)
+		}
+		return v
+	}
+	limits := []struct {
+		field, keyword string
+		want           any
+	}{
+		{"signingSecrets", "minItems", int64(v1alpha1.MinSigningSecrets)},
+		{"signingSecrets", "maxItems", int64(v1alpha1.MaxSigningSecrets)},
+		{"database.schema", "pattern", v1alpha1.SchemaPattern},
+		{"database.maxConnections", "minimum", int64(v1alpha1.MinMaxConnections)},
+		{"database.maxConnections", "maximum", int64(v1alpha1.MaxMaxConnections)},
+		{"entity.table.schema", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"entity.table.name", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"entity.table.keyColumn", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"entity.table.stateColumn", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"entity.table.amountColumn", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"entity.table.tenant.column", "maxLength", int64(v1alpha1.MaxIdentifierLength)},
+		{"delivery.sink.serviceRef.port", "minimum", int64(v1alpha1.MinPort)},
+		{"delivery.sink.serviceRef.port", "maximum", int64(v1alpha1.MaxPort)},
+		{"delivery.maxAttempts", "minimum", int64(v1alpha1.MinMaxAttempts)},
+		{"delivery.maxAttempts", "maximum", int64(v1alpha1.MaxMaxAttempts)},
+		{"delivery.concurrency", "minimum", int64(v1alpha1.MinConcurrency)},
+		{"delivery.concurrency", "maximum", int64(v1alpha1.MaxConcurrency)},
+		{"receiver.maxBodyBytes", "minimum", int64(v1alpha1.MinMaxBodyBytes)},
+		{"receiver.maxBodyBytes", "maximum", int64(v1alpha1.MaxMaxBodyBytes)},
+		{"receiver.maxInFlight", "minimum", int64(v1alpha1.MinMaxInFlight)},
+		{"receiver.maxInFlight", "maximum", int64(v1alpha1.MaxMaxInFlight)},
+	}
+	for _, l := range limits {
+		if got := num(field(l.field)[l.keyword]); got != l.want {
+			t.Errorf("spec.%s %s: the CRD says %v, the Go constant %v", l.field, l.keyword, got, l.want)
+		}
+	}
+
+	// parkFor's range is a CEL rule; its upper bound must be the constant.
+	rules, _ := field("stateMachine.parkFor")["x-kubernetes-validations"].([]any)
+	wantRule := fmt.Sprintf("duration(self) <= duration('%s')", strings.TrimSuffix(v1alpha1.MaxParkFor.String(), "0m0s"))
+	found := false
+	for _, r := range rules {
+		if rule, _ := r.(map[string]any)["rule"].(string); strings.Contains(rule, wantRule) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("spec.stateMachine.parkFor: no CEL rule contains %q (MaxParkFor %s): %v", wantRule, v1alpha1.MaxParkFor, rules)
+	}
+}
+
+// jsonDiff shows the lines of the two values' indented JSON that differ, with a few
+// lines of context: enough to name the field.
+func jsonDiff(t *testing.T, a, b any) string {
+	t.Helper()
+	lines := func(v any) []string {
+		out, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(string(out), "\n")
+	}
+	la, lb := lines(a), lines(b)
+	// Longest common subsequence, then walk it: small documents, so O(n*m) is fine.
+	n, m := len(la), len(lb)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if la[i] == lb[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var ops []string
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && la[i] == lb[j]:
+			ops = append(ops, "  "+la[i])
+			i++
+			j++
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+			ops = append(ops, "- "+la[i])
+			i++
+		default:
+			ops = append(ops, "+ "+lb[j])
+			j++
+		}
+	}
+	// Print the changed lines with three lines of context each.
+	var sb strings.Builder
+	last := -1
+	for k, op := range ops {
+		near := false
+		for d := -3; d <= 3; d++ {
+			if k+d >= 0 && k+d < len(ops) && ops[k+d][0] != ' ' {
+				near = true
+			}
+		}
+		if !near {
+			continue
+		}
+		if last >= 0 && k > last+1 {
+			sb.WriteString("  ...\n")
+		}
+		sb.WriteString(op + "\n")
+		last = k
+	}
+	return sb.String()
+}
