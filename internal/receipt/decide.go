@@ -282,13 +282,10 @@ func insertInProviderOrder(waiting []*candidate, c *candidate) []*candidate {
 // rare. A failed fetch leaves the event parked (nil live keeps a re-fetching guard
 // false, so it is reported as parked, not applied).
 func (r *Recorder) liveFor(ctx context.Context, c *candidate) any {
-	if c.live != nil || c.receiptID == 0 || r.live == nil || !r.ep.Machine.NeedsLive(c.ev.Type) {
+	if c.live != nil || c.receiptID == 0 {
 		return c.live
 	}
-	v, err := r.live(ctx, c.ev)
-	if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
-		return rejected
-	}
+	v, err := r.fetchLive(ctx, c.ev)
 	if err != nil {
 		return errLiveUnavailable
 	}

@@ -256,19 +256,10 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 		return nil, nil
 	}
 	lives := make([]any, len(evs))
-	if r.live != nil {
-		for i, ev := range evs {
-			if !r.ep.Machine.NeedsLive(ev.Type) {
-				continue
-			}
-			v, err := r.live(ctx, ev)
-			if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
-				v, err = rejected, nil
-			}
-			if err != nil {
-				return nil, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
-			}
-			lives[i] = v
+	for i, ev := range evs {
+		var err error
+		if lives[i], err = r.fetchLive(ctx, ev); err != nil {
+			return nil, err
 		}
 	}
 	if r.group != nil && len(evs) == 1 {
@@ -279,6 +270,23 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 		return []Result{res}, nil
 	}
 	return r.recordInOneTx(ctx, evs, lives)
+}
+
+// fetchLive fetches `live` for ev when a transition of its type re-fetches: the
+// LiveFunc's value, or its LiveRejected (the provider's answer, which the decision
+// records); nil when nothing re-fetches. Any other error fails the delivery.
+func (r *Recorder) fetchLive(ctx context.Context, ev Event) (any, error) {
+	if r.live == nil || !r.ep.Machine.NeedsLive(ev.Type) {
+		return nil, nil
+	}
+	v, err := r.live(ctx, ev)
+	if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
+		return rejected, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
+	}
+	return v, nil
 }
 
 // recordInOneTx records evs in one transaction (retried when PostgreSQL chose it as a

@@ -34,7 +34,7 @@ func Replayable(o Outcome) bool {
 // unmatched.
 func (r *Recorder) Reprocess(ctx context.Context, receiptID int64) (Result, error) {
 	var plan *entityPlan
-	err := r.inTx(ctx, func(tx *pipelinedTx) error {
+	err := r.inTx(ctx, func(tx *pipelinedTx) (err error) {
 		plan = nil
 		var first storedEvent
 		var firstKey string
@@ -50,34 +50,17 @@ func (r *Recorder) Reprocess(ctx context.Context, receiptID int64) (Result, erro
 		ev := first.event(firstKey)
 		c := &candidate{ev: ev, receiptID: receiptID, was: firstOutcome}
 		plan = &entityPlan{primary: c}
-		if !r.needsLock(&ev) {
-			// Nothing to lock: the receipt's own row lock serialises replays.
-			var again storedEvent
-			tx.queue(r.loadStep(receiptID, true, &again, &firstKey, &c.was))
-			if err := tx.send(ctx); err != nil {
+		var view *entityView
+		if r.needsLock(&ev) {
+			if c.live, err = r.fetchLive(ctx, ev); err != nil {
 				return err
 			}
-			if !Replayable(c.was) {
-				c.res = Result{Duplicate: true, Outcome: c.was, ReceiptID: receiptID}
-				return nil
-			}
-			tx.queue(r.writeStep(c, r.unlockedDecision(&ev), false))
-			return nil
+			// Entity first, then the receipt: the order every receipt transaction takes.
+			view = &entityView{}
+			tx.queue(r.lockSteps(&ev, view)...)
 		}
-		if r.live != nil && r.ep.Machine.NeedsLive(ev.Type) {
-			live, err := r.live(ctx, ev)
-			if rejected := (*LiveRejected)(nil); errors.As(err, &rejected) {
-				live, err = rejected, nil
-			}
-			if err != nil {
-				return fmt.Errorf("re-fetch the provider's object for event %s: %w", ev.ID, err)
-			}
-			c.live = live
-		}
-		// Entity first, then the receipt: the order every receipt transaction takes.
-		var view entityView
+		// The receipt's row lock serialises concurrent replays of it.
 		var again storedEvent
-		tx.queue(r.lockSteps(&ev, &view)...)
 		tx.queue(r.loadStep(receiptID, true, &again, &firstKey, &c.was))
 		if err := tx.send(ctx); err != nil {
 			return err
@@ -86,7 +69,11 @@ func (r *Recorder) Reprocess(ctx context.Context, receiptID int64) (Result, erro
 			c.res = Result{Duplicate: true, Outcome: c.was, ReceiptID: receiptID}
 			return nil
 		}
-		steps, err := r.planEntity(ctx, plan, &view, false)
+		if view == nil {
+			tx.queue(r.writeStep(c, r.unlockedDecision(&ev), false))
+			return nil
+		}
+		steps, err := r.planEntity(ctx, plan, view, false)
 		if err != nil {
 			return err
 		}
