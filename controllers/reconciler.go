@@ -65,6 +65,10 @@ type WebhookEndpointReconciler struct {
 
 // +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookendpoints/status,verbs=get;patch;update
+// Owned objects carry a controller reference with blockOwnerDeletion, which the
+// OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) allows only to
+// a requester that may update the owner's finalizers.
+// +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookendpoints/finalizers,verbs=update
 // Secrets: get reads the referenced ones (uncached); list and watch serve the
 // metadata-only watch. Creating the hash key Secret is a Role in the operator's
 // namespace (config/rbac/hash_key_role.yaml), not a cluster-wide grant.

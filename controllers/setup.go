@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -117,7 +118,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // RunInProcess runs the operator inside the calling process until ctx ends, as the
 // local cluster (`hookkeeper dev`) and the end-to-end suite do: one replica, so no
 // leader election, and no metrics or probe servers to collide with anything else.
+// When cfg impersonates a ServiceAccount and opts.KeyNamespace is empty, the hash key
+// Secret lives in the account's namespace, as the manager in a pod keeps it in its own.
 func RunInProcess(ctx context.Context, cfg *rest.Config, opts Options) error {
+	if opts.KeyNamespace == "" {
+		opts.KeyNamespace = serviceAccountNamespace(cfg.Impersonate.UserName)
+	}
 	scheme := runtime.NewScheme()
 	if err := AddToScheme(scheme); err != nil {
 		return err
@@ -140,4 +146,18 @@ func RunInProcess(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// serviceAccountNamespace returns the namespace of a ServiceAccount user name
+// (system:serviceaccount:<namespace>:<name>), else "".
+func serviceAccountNamespace(user string) string {
+	qualified, ok := strings.CutPrefix(user, "system:serviceaccount:")
+	if !ok {
+		return ""
+	}
+	ns, name, ok := strings.Cut(qualified, ":")
+	if !ok || ns == "" || name == "" {
+		return ""
+	}
+	return ns
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -146,10 +147,13 @@ func startEnv(t *testing.T) *env {
 	// wrapped to record which kinds the manager reads and watches through it.
 	recorder := &cacheRecorder{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  controllers.CacheOptions(),
-		Client:                 controllers.ClientOptions(),
-		NewCache:               recorder.newCache,
+		Scheme:   scheme,
+		Cache:    controllers.CacheOptions(),
+		Client:   controllers.ClientOptions(),
+		NewCache: recorder.newCache,
+		// TestInstalledRBAC runs RunInProcess's manager in this process too, with the
+		// same controller name.
+		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})

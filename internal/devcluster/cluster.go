@@ -34,6 +34,10 @@ type ClusterOptions struct {
 	StartTimeout time.Duration
 }
 
+// AdmissionPlugins are enabled on the local kube-apiserver on top of its defaults
+// (a comma-separated list, as --enable-admission-plugins takes it).
+const AdmissionPlugins = "OwnerReferencesPermissionEnforcement"
+
 // Cluster is a running local control plane.
 type Cluster struct {
 	opts         ClusterOptions
@@ -94,6 +98,10 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 		ControlPlaneStopTimeout:  20 * time.Second,
 	}
 	c.env.ControlPlane.GetAPIServer().Path = bins.apiServer
+	// In addition to the default plugins (envtest disables only ServiceAccount):
+	// OwnerReferencesPermissionEnforcement, on in OpenShift, lets only a requester that
+	// may update an owner's finalizers set blockOwnerDeletion on a reference to it.
+	c.env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", AdmissionPlugins)
 	apiLog, err := c.openLog(binAPIServer)
 	if err != nil {
 		return nil, err

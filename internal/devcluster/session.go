@@ -32,7 +32,9 @@ type SessionOptions struct {
 	// DatabaseURL is the PostgreSQL the receivers use; empty starts a throwaway server
 	// from the binaries on the machine.
 	DatabaseURL string
-	// StartOperator runs the operator against cfg until ctx is done. Nil runs no
+	// StartOperator runs the operator against cfg until ctx is done. cfg impersonates
+	// the operator's ServiceAccount (OperatorConfig), whose RBAC is the installer's,
+	// applied from RepoRoot/config/rbac first (InstallOperatorRBAC). Nil runs no
 	// operator (then no samples are applied).
 	StartOperator func(ctx context.Context, cfg *rest.Config) error
 	// ApplySamples applies the Stripe orders sample into SampleNamespace.
@@ -154,9 +156,14 @@ func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err err
 	}
 
 	if opts.StartOperator != nil {
-		cfg := s.Cluster.Config()
+		// The operator runs as the ServiceAccount the installer creates, authorised by
+		// the installer's RBAC; everything else here keeps the admin credentials.
+		if err := InstallOperatorRBAC(ctx, s.Cluster.Config(), opts.RepoRoot); err != nil {
+			return nil, err
+		}
+		cfg := OperatorConfig(s.Cluster.Config())
 		s.goRun(runCtx, "operator", func(ctx context.Context) error { return opts.StartOperator(ctx, cfg) })
-		fmt.Fprintln(opts.Out, "operator started (in process)")
+		fmt.Fprintf(opts.Out, "operator started (in process, as %s)\n", OperatorUser())
 	}
 	if opts.ApplySamples && opts.StartOperator != nil {
 		if s.Samples, err = ApplySamples(ctx, SampleOptions{

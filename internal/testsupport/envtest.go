@@ -68,6 +68,10 @@ func StartEnvtest(tb testing.TB) *rest.Config {
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(tb), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// As on the local cluster (devcluster.AdmissionPlugins), on top of the defaults:
+	// only a requester that may update an owner's finalizers may set blockOwnerDeletion
+	// on a reference to it. Admin requests pass; impersonated ones are checked.
+	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
 	cfg, err := env.Start()
 	if err != nil {
 		// Start may fail after etcd and the apiserver are up (e.g. a CRD is rejected):

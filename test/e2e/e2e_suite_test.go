@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
 	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
 	"go.uber.org/zap/zapcore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -82,6 +83,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	clientset, err = kubernetes.NewForConfig(session.Cluster.Config())
 	Expect(err).NotTo(HaveOccurred())
+	// The operator runs as its installed ServiceAccount (devcluster.OperatorConfig): its
+	// hash key Secret is in the account's namespace, created through the hash key Role.
+	_, err = clientset.CoreV1().Secrets(devcluster.OperatorNamespace).Get(ctx, controllers.HashKeySecretName, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred(), "the operator's hash key Secret in %s", devcluster.OperatorNamespace)
 }, NodeTimeout(5*time.Minute))
 
 var _ = AfterSuite(func() {
