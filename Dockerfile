@@ -1,8 +1,10 @@
 # The same image as `make image` (hack/image, no Docker needed), for machines with a
-# Docker engine: `make docker-build`. One static binary for every subcommand (manager,
-# receiver, migrate, replay) on an empty base with what it needs: the CA bundle, the
-# nonroot user (65532) and nsswitch.conf from hack/image/rootfs, /tmp, and the
-# directories envtest's init looks for (see hack/image/build.go). Keep the two in step.
+# Docker engine: `make docker-build`. Two static binaries, /hookkeeper (the entrypoint:
+# every subcommand) and /hookkeeper-receiver (the data plane alone: receiver, migrate,
+# version; what receiver and migration pods run), on an empty base with what they
+# need: the CA bundle, the nonroot user (65532) and nsswitch.conf from
+# hack/image/rootfs, /tmp, and the directories envtest's init looks for (see
+# hack/image/build.go). Keep the two in step.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
@@ -17,7 +19,10 @@ COPY controllers/ controllers/
 COPY internal/ internal/
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags="-s -w -X github.com/hookkeeper/hookkeeper/internal/version.Version=${VERSION} -X github.com/hookkeeper/hookkeeper/internal/version.Revision=${REVISION}" \
-      -o /out/hookkeeper ./cmd/hookkeeper
+      -o /out/hookkeeper ./cmd/hookkeeper \
+ && CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+      -ldflags="-s -w -X github.com/hookkeeper/hookkeeper/internal/version.Version=${VERSION} -X github.com/hookkeeper/hookkeeper/internal/version.Revision=${REVISION}" \
+      -o /out/hookkeeper-receiver ./cmd/hookkeeper-receiver
 RUN mkdir -p /rootfs/etc/ssl/certs /rootfs/home/nonroot/.cache/kubebuilder-envtest \
       /rootfs/tmp/kubebuilder-envtest \
  && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
@@ -37,7 +42,7 @@ LABEL org.opencontainers.image.title="hookkeeper" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}"
 COPY --from=build /rootfs/ /
-COPY --from=build /out/hookkeeper /hookkeeper
+COPY --from=build /out/hookkeeper /out/hookkeeper-receiver /
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 WORKDIR /

@@ -25,9 +25,12 @@ HELM           := $(BIN)/helm
 KUSTOMIZE      := $(BIN)/kustomize
 CONTROLPLANE   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler
 HOOKKEEPER     := $(BIN)/hookkeeper
+# The data plane alone (receiver, migrate, version): what receiver and migration pods run.
+HOOKKEEPER_RECEIVER := $(BIN)/hookkeeper-receiver
 IMAGE_TOOL     := $(BIN)/hookkeeper-image
 # The linux/amd64 image test/image runs in podman (kept while its inputs are unchanged).
 IMAGE_TEST_ARCHIVE := $(BIN)/hookkeeper-linux-amd64.oci.tar
+GO_LDFLAGS      = -X github.com/hookkeeper/hookkeeper/internal/version.Version=$(VERSION) -X github.com/hookkeeper/hookkeeper/internal/version.Revision=$(REVISION)
 IMAGE_FLAGS     = -root $(CURDIR) -version $(VERSION) -revision "$(REVISION)" -created "$(CREATED)" -source $(IMAGE_SOURCE)
 
 export KUBEBUILDER_ASSETS := $(BIN)
@@ -83,13 +86,14 @@ test-e2e: tools build ## Run only the end-to-end suite on the local cluster.
 
 .PHONY: bench
 bench: tools build ## Run the receiver and dispatcher benchmarks and print their table.
-	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(HOOKKEEPER)
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(HOOKKEEPER_RECEIVER)
 
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/hookkeeper.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/hookkeeper/hookkeeper/internal/version.Version=$(VERSION) -X github.com/hookkeeper/hookkeeper/internal/version.Revision=$(REVISION)" -o $(HOOKKEEPER) ./cmd/hookkeeper
+build: ## Build bin/hookkeeper and bin/hookkeeper-receiver.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER) ./cmd/hookkeeper
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER_RECEIVER) ./cmd/hookkeeper-receiver
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster in ~/.kube/config.

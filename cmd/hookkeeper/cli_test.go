@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 )
 
 // A failed command says where its usage is.
@@ -25,7 +27,7 @@ func TestErrorsPointAtTheUsage(t *testing.T) {
 			if err == nil {
 				t.Fatalf("hookkeeper %v succeeded", tc.args)
 			}
-			if got := errorMessage(cmd, err); !strings.HasPrefix(got, "hookkeeper: ") || !strings.HasSuffix(got, tc.want) {
+			if got := dataplanecmd.ErrorMessage(cmd, err); !strings.HasPrefix(got, "hookkeeper: ") || !strings.HasSuffix(got, tc.want) {
 				t.Fatalf("error message %q, want it to end with %q", got, tc.want)
 			}
 		})

@@ -1,13 +1,14 @@
-// Command hookkeeper is the one binary of hookkeeper: the operator (manager), the
+// Command hookkeeper is the full binary of hookkeeper: the operator (manager), the
 // receiver and dispatcher, schema migrations, replay and the local cluster. Each
-// subcommand lives in its own file and registers itself on rootCmd.
+// operator-side subcommand lives in its own file and registers itself on rootCmd; the
+// data-plane ones (receiver, migrate, version) come from internal/dataplanecmd, which
+// cmd/hookkeeper-receiver shares.
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/spf13/cobra"
+
+	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 )
 
 var rootCmd = &cobra.Command{
@@ -17,15 +18,8 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
-func main() {
-	if cmd, err := rootCmd.ExecuteC(); err != nil {
-		fmt.Fprintln(os.Stderr, errorMessage(cmd, err))
-		os.Exit(1)
-	}
+func init() {
+	rootCmd.AddCommand(dataplanecmd.Receiver(), dataplanecmd.Migrate(), dataplanecmd.Version())
 }
 
-// errorMessage is what main prints for err: the error, then where the usage is (cmd is
-// the command that failed, or the root for an unknown command).
-func errorMessage(cmd *cobra.Command, err error) string {
-	return fmt.Sprintf("hookkeeper: %v\nsee '%s --help'", err, cmd.CommandPath())
-}
+func main() { dataplanecmd.Execute(rootCmd) }

@@ -27,7 +27,7 @@ import (
 
 // stampVersion changes whenever this tool changes what it writes, so a stamp from an
 // older tool never keeps an output.
-const stampVersion = "hookkeeper-image/2"
+const stampVersion = "hookkeeper-image/3"
 
 const (
 	versionPkg  = "github.com/hookkeeper/hookkeeper/internal/version.Version"
@@ -124,18 +124,20 @@ func build(o buildOptions) error {
 	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n%s\n%s\n%s\n", stampVersion, o.version, o.revision, o.source,
 		o.created.Format(time.RFC3339), o.refName, baseKey)
 
-	binaries := make([]string, len(o.platforms))
+	binaries := make([][]string, len(o.platforms))
 	for i, p := range o.platforms {
-		bin, err := goBuild(o, p)
-		if err != nil {
-			return err
+		for _, b := range imageBinaries {
+			bin, err := goBuild(o, p, b)
+			if err != nil {
+				return err
+			}
+			binaries[i] = append(binaries[i], bin)
+			sum, err := fileSHA256(bin)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %s %s\n", p.String(), b.name, sum)
 		}
-		binaries[i] = bin
-		sum, err := fileSHA256(bin)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s %s\n", p.String(), sum)
 	}
 	key := hex.EncodeToString(h.Sum(nil))
 
@@ -198,13 +200,26 @@ func build(o buildOptions) error {
 	return nil
 }
 
-// goBuild cross-compiles cmd/hookkeeper for p. Go skips the link when the output is
-// already up to date, so an unchanged tree costs little.
-func goBuild(o buildOptions, p v1.Platform) (string, error) {
-	out := filepath.Join(o.binDir, p.OS+"-"+p.Architecture, "hookkeeper")
+// imageBinary is one binary of the image: /name, built from pkg.
+type imageBinary struct{ name, pkg string }
+
+// imageBinaries are the image's binaries. The first is the entrypoint (the operator and
+// every subcommand); the second is the data plane alone (receiver, migrate, version),
+// which the operator's receiver Deployments and migration Jobs name as their command
+// (internal/resources.ReceiverCommand): it links neither client-go nor
+// controller-runtime, so a receiver pod maps half the memory.
+var imageBinaries = []imageBinary{
+	{name: "hookkeeper", pkg: "./cmd/hookkeeper"},
+	{name: "hookkeeper-receiver", pkg: "./cmd/hookkeeper-receiver"},
+}
+
+// goBuild cross-compiles b for p. Go skips the link when the output is already up to
+// date, so an unchanged tree costs little.
+func goBuild(o buildOptions, p v1.Platform, b imageBinary) (string, error) {
+	out := filepath.Join(o.binDir, p.OS+"-"+p.Architecture, b.name)
 	cmd := exec.Command(o.goCmd, "build", "-trimpath",
 		"-ldflags", "-s -w -X "+versionPkg+"="+o.version+" -X "+revisionPkg+"="+o.revision,
-		"-o", out, "./cmd/hookkeeper")
+		"-o", out, b.pkg)
 	cmd.Dir = o.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if p.Architecture == "arm64" {
@@ -323,12 +338,18 @@ func layerFromFiles(files []file) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-func platformImage(o buildOptions, p v1.Platform, base v1.Layer, binary string) (v1.Image, error) {
-	bin, err := os.ReadFile(binary)
-	if err != nil {
-		return nil, err
+// platformImage is the image for p: the base layer, then one layer with the binaries
+// (paths in the order of imageBinaries).
+func platformImage(o buildOptions, p v1.Platform, base v1.Layer, binaries []string) (v1.Image, error) {
+	var files []file
+	for i, path := range binaries {
+		bin, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, file{name: imageBinaries[i].name, mode: 0o755, data: bin})
 	}
-	binLayer, err := layerFromFiles([]file{{name: "hookkeeper", mode: 0o755, data: bin}})
+	binLayer, err := layerFromFiles(files)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +361,7 @@ func platformImage(o buildOptions, p v1.Platform, base v1.Layer, binary string) 
 			Created: created, CreatedBy: "hack/image: CA certificates, nonroot user (65532), nsswitch.conf, /tmp",
 		}},
 		mutate.Addendum{Layer: binLayer, MediaType: types.OCILayer, History: v1.History{
-			Created: created, CreatedBy: "hack/image: /hookkeeper (CGO_ENABLED=0 go build -trimpath -ldflags=-s -w)",
+			Created: created, CreatedBy: "hack/image: /hookkeeper, /hookkeeper-receiver (CGO_ENABLED=0 go build -trimpath -ldflags=-s -w)",
 		}},
 	)
 	if err != nil {
@@ -355,7 +376,7 @@ func platformImage(o buildOptions, p v1.Platform, base v1.Layer, binary string) 
 	cf.Created = created
 	cf.Config = v1.Config{
 		User:       fmt.Sprintf("%d:%d", nonrootID, nonrootID),
-		Entrypoint: []string{"/hookkeeper"},
+		Entrypoint: []string{"/" + imageBinaries[0].name},
 		WorkingDir: "/",
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

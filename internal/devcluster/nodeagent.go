@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,10 +47,15 @@ type NodeAgentOptions struct {
 	Config *rest.Config
 	// NodeName defaults to DefaultNodeName.
 	NodeName string
-	// Executable runs every Pod's first container; the container's args become its
-	// argv[1:]. The image and command are ignored: every Pod is a process of the same
-	// binary.
+	// Executable runs every Pod's first container that has no command (the image's
+	// entrypoint) or whose command is the image's entrypoint, /hookkeeper; the
+	// container's args become its argv[1:]. The image is ignored.
 	Executable string
+	// Executables maps other commands (a container's command[0], a path in the
+	// hookkeeper image) to local binaries; the rest of the command and the args follow
+	// it. Nil means DefaultExecutables(Executable). A Pod whose command has no local
+	// binary fails to start, as a missing file in the image would.
+	Executables map[string]string
 	// BaseEnv is given to every process before the Pod's own env (e.g. PATH, HOME).
 	// Defaults to PATH, HOME and TMPDIR of this process.
 	BaseEnv []string
@@ -67,6 +75,49 @@ type NodeAgentOptions struct {
 	// ShutdownGrace bounds how long Run waits for processes at shutdown before killing
 	// them. Defaults to 10s.
 	ShutdownGrace time.Duration
+}
+
+// The binaries of the hookkeeper image (hack/image): the full one, its entrypoint, and
+// the data plane alone, which receiver and migration pods run.
+const (
+	ImageEntrypoint = "/hookkeeper"
+	ImageReceiver   = "/hookkeeper-receiver"
+)
+
+// DefaultExecutables maps the hookkeeper image's binaries to local ones: /hookkeeper to
+// executable, and /hookkeeper-receiver to the hookkeeper-receiver beside it, where
+// `make build` puts it (bin/). Without one there (e.g. `go run ./cmd/hookkeeper dev`),
+// /hookkeeper-receiver runs executable too, whose receiver and migrate subcommands are
+// the same code (internal/dataplanecmd); only the memory differs.
+func DefaultExecutables(executable string) map[string]string {
+	m := map[string]string{ImageEntrypoint: executable, ImageReceiver: executable}
+	if executable == "" {
+		return m
+	}
+	receiver := filepath.Join(filepath.Dir(executable), "hookkeeper-receiver")
+	if fi, err := os.Stat(receiver); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		m[ImageReceiver] = receiver
+	}
+	return m
+}
+
+// commandFor is the local binary and the arguments before the container's args that
+// run container c: Executable for no command, else the binary Executables maps
+// command[0] to, followed by the rest of the command (used as is, without $(VAR)
+// expansion).
+func (a *NodeAgent) commandFor(c *corev1.Container) (string, []string, error) {
+	if len(c.Command) == 0 {
+		return a.opts.Executable, nil, nil
+	}
+	exe, ok := a.opts.Executables[c.Command[0]]
+	if !ok || exe == "" {
+		return "", nil, fmt.Errorf("the dev node has no local binary for command %q (it runs %s)", c.Command[0], knownCommands(a.opts.Executables))
+	}
+	return exe, c.Command[1:], nil
+}
+
+func knownCommands(m map[string]string) string {
+	return strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }
 
 // NodeAgent keeps one Node Ready and runs the Pods bound to it as local processes.
@@ -102,6 +153,12 @@ func NewNodeAgent(opts NodeAgentOptions) (*NodeAgent, error) {
 	if opts.NodeName == "" {
 		opts.NodeName = DefaultNodeName
 	}
+	if opts.Executables == nil {
+		opts.Executables = DefaultExecutables(opts.Executable)
+	} else if _, ok := opts.Executables[ImageEntrypoint]; !ok {
+		opts.Executables = maps.Clone(opts.Executables)
+		opts.Executables[ImageEntrypoint] = opts.Executable
+	}
 	if opts.BaseEnv == nil {
 		for _, name := range []string{"PATH", "HOME", "TMPDIR"} {
 			if v, ok := os.LookupEnv(name); ok {
@@ -115,6 +172,7 @@ func NewNodeAgent(opts NodeAgentOptions) (*NodeAgent, error) {
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
+	opts.Log.Info("pod commands run local binaries", "default", opts.Executable, "commands", opts.Executables)
 	if opts.RestartBackoff == 0 {
 		opts.RestartBackoff = time.Second
 	}

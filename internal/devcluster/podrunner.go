@@ -24,7 +24,7 @@ import (
 )
 
 // notRun is the reason reported for containers the agent does not run: it runs each
-// Pod's first container only, since every Pod is a process of the one binary.
+// Pod's first container only, since every Pod is a process of a hookkeeper binary.
 const notRun = "NotRunByDevNode"
 
 type stopRequest struct {
@@ -201,9 +201,15 @@ func (r *podRunner) runOnce(ctx context.Context) runResult {
 		r.writeStatus(ctx)
 		return runResult{}
 	}
+	exe, prefix, err := r.agent.commandFor(c)
+	if err != nil {
+		r.setWaiting("RunContainerError", err.Error())
+		r.writeStatus(ctx)
+		return runResult{}
+	}
 	// Not CommandContext: the process lives until its Pod is deleted or the agent
 	// stops, and is then stopped gracefully (SIGTERM, grace period, SIGKILL).
-	cmd := exec.Command(r.agent.opts.Executable, args...) //nolint:gosec,noctx // see above; the executable is the agent's configuration
+	cmd := exec.Command(exe, append(slices.Clone(prefix), args...)...) //nolint:gosec,noctx // see above; the executable is the agent's configuration
 	cmd.Env = append(slices.Clone(r.agent.opts.BaseEnv), "HOSTNAME="+r.pod.Name)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = filepath.Dir(logPath)
@@ -371,10 +377,14 @@ func (r *podRunner) buildStatus(old *corev1.PodStatus) *corev1.PodStatus {
 	setPodCondition(s, corev1.PodReady, ready, readyReason, now)
 
 	main := r.pod.Spec.Containers[0]
+	exe, _, err := r.agent.commandFor(&main)
+	if err != nil {
+		exe = r.agent.opts.Executable
+	}
 	statuses := []corev1.ContainerStatus{{
 		Name:                 main.Name,
 		Image:                main.Image,
-		ImageID:              "hookkeeper-dev://" + r.agent.opts.Executable,
+		ImageID:              "hookkeeper-dev://" + exe,
 		State:                *r.state.DeepCopy(),
 		LastTerminationState: *r.lastStateForStatus(),
 		Ready:                ready,

@@ -115,6 +115,7 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 						// routing to it before the listener closes: no delivery meets a
 						// refused connection during a rollout. Drain plus in-flight
 						// shutdown stays inside the grace period.
+						Command: ReceiverCommand,
 						Args: []string{"receiver",
 							"--drain-delay=" + ReceiverDrainDelay.String(),
 							"--shutdown-timeout=" + receiverShutdownTimeout.String()},

@@ -86,8 +86,9 @@ func TestDeployment(t *testing.T) {
 				len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
 				t.Errorf("container security context = %+v", sc)
 			}
-			if c.Image != tc.wantImage || strings.Join(c.Args, " ") != "receiver --drain-delay=5s --shutdown-timeout=20s" {
-				t.Errorf("image %q args %v", c.Image, c.Args)
+			if c.Image != tc.wantImage || strings.Join(c.Command, " ") != "/hookkeeper-receiver" ||
+				strings.Join(c.Args, " ") != "receiver --drain-delay=5s --shutdown-timeout=20s" {
+				t.Errorf("image %q command %v args %v", c.Image, c.Command, c.Args)
 			}
 			// Drain and in-flight shutdown must end before the kubelet's SIGKILL.
 			if grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; grace < 5+20 {

@@ -25,7 +25,7 @@ func MigrationHash(key []byte, ep *v1alpha1.WebhookEndpoint, opts Options, datab
 	return h.sum()
 }
 
-// MigrationJob runs `hookkeeper migrate` once for the schema version of this binary.
+// MigrationJob runs `hookkeeper-receiver migrate` once for the schema version of this binary.
 // It has no TTL: the operator must see it complete before the Deployment is created.
 func MigrationJob(ep *v1alpha1.WebhookEndpoint, opts Options, migrationHash string) *batchv1.Job {
 	labels := Labels(ep, ComponentMigration)
@@ -49,9 +49,10 @@ func MigrationJob(ep *v1alpha1.WebhookEndpoint, opts Options, migrationHash stri
 					SecurityContext:              podSecurityContext(),
 					Volumes:                      vols,
 					Containers: []corev1.Container{{
-						Name:  ContainerMigrate,
-						Image: image(ep, opts),
-						Args:  []string{"migrate"},
+						Name:    ContainerMigrate,
+						Image:   image(ep, opts),
+						Command: ReceiverCommand,
+						Args:    []string{"migrate"},
 						Env: []corev1.EnvVar{
 							{Name: config.EnvEndpoint, Value: string(opts.Rendered.JSON)},
 							secretEnv(databaseRef(ep)),

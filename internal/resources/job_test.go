@@ -19,8 +19,8 @@ func TestMigrationJob(t *testing.T) {
 	}
 	pod := j.Spec.Template.Spec
 	c := pod.Containers[0]
-	if strings.Join(c.Args, " ") != "migrate" || pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken {
-		t.Errorf("args %v restart %s", c.Args, pod.RestartPolicy)
+	if strings.Join(c.Command, " ") != "/hookkeeper-receiver" || strings.Join(c.Args, " ") != "migrate" || pod.RestartPolicy != corev1.RestartPolicyNever || *pod.AutomountServiceAccountToken {
+		t.Errorf("command %v args %v restart %s", c.Command, c.Args, pod.RestartPolicy)
 	}
 	if !*c.SecurityContext.ReadOnlyRootFilesystem || c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
 		t.Errorf("container = %+v", c)

@@ -24,7 +24,8 @@ import (
 type Env struct {
 	// AdminURL reaches a PostgreSQL database as a role that may CREATE DATABASE.
 	AdminURL string
-	// Hookkeeper is the path of the built hookkeeper binary.
+	// Hookkeeper is the path of the binary run as `<binary> receiver ...`:
+	// bin/hookkeeper-receiver, as in receiver pods, or bin/hookkeeper.
 	Hookkeeper string
 	// Concurrency lists the numbers of requests (or pgbench clients) in flight at once
 	// that the receiver suite measures, in order.

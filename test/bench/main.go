@@ -30,7 +30,7 @@ func main() {
 	var (
 		suiteList   = flag.String("suite", "all", "comma-separated suites to run: "+fmt.Sprint(suiteNames())+" or all")
 		databaseURL = flag.String("database-url", defaultDatabaseURL(), "PostgreSQL URL of a role that may CREATE DATABASE")
-		binary      = flag.String("hookkeeper", "bin/hookkeeper", "path of the built hookkeeper binary")
+		binary      = flag.String("hookkeeper", "bin/hookkeeper-receiver", "path of the binary whose receiver subcommand is measured: bin/hookkeeper-receiver (what receiver pods run) or bin/hookkeeper")
 		concurrency = flag.String("concurrency", "1,4,8,16,32,64", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")

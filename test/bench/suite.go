@@ -95,12 +95,12 @@ func printTable(w io.Writer, results []Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUITE\tMEASURE\tVALUE\tGOAL\tNOTE")
 	for _, r := range results {
-		if r.Err != nil {
-			fmt.Fprintf(tw, "%s\tFAILED\t-\t-\t%v\n", r.Suite, r.Err)
-			continue
-		}
+		// A failed suite still shows what it measured before the failure line.
 		for _, row := range r.Rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Suite, row.Measure, row.Value, orDash(row.Goal), row.Note)
+		}
+		if r.Err != nil {
+			fmt.Fprintf(tw, "%s\tFAILED\t-\t-\t%v\n", r.Suite, r.Err)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,12 +191,14 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 
 // containerSpec is what `podman run` needs of one Kubernetes container.
 type containerSpec struct {
-	image  string
-	args   []string
-	env    map[string]string
-	tmpfs  []string
-	sc     *corev1.SecurityContext
-	podSec *corev1.PodSecurityContext
+	image string
+	// command replaces the image's entrypoint when set (Kubernetes' command).
+	command []string
+	args    []string
+	env     map[string]string
+	tmpfs   []string
+	sc      *corev1.SecurityContext
+	podSec  *corev1.PodSecurityContext
 }
 
 func restricted() *corev1.SecurityContext {
@@ -211,10 +214,13 @@ func restricted() *corev1.SecurityContext {
 // Secret keys and the pod IP resolved as the kubelet would, emptyDir mounts as tmpfs.
 func fromPod(t *testing.T, pod corev1.PodSpec, c corev1.Container, secrets map[string]map[string]string, podIP string) containerSpec {
 	t.Helper()
-	if len(c.Command) != 0 {
-		t.Fatalf("container %s overrides the entrypoint (%v): the image's must be used", c.Name, c.Command)
+	// Receiver and migration pods run the data-plane binary of the image, not its
+	// entrypoint (/hookkeeper, the operator's): the command replaces the entrypoint, as
+	// in Kubernetes, so a binary missing from the image fails here.
+	if want := []string{"/hookkeeper-receiver"}; !slices.Equal(c.Command, want) {
+		t.Fatalf("container %s has command %v, want %v (the data-plane binary of the image)", c.Name, c.Command, want)
 	}
-	s := containerSpec{image: c.Image, args: c.Args, env: map[string]string{}, sc: c.SecurityContext, podSec: pod.SecurityContext}
+	s := containerSpec{image: c.Image, command: c.Command, args: c.Args, env: map[string]string{}, sc: c.SecurityContext, podSec: pod.SecurityContext}
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -355,6 +361,14 @@ func (p *podman) runArgs(t *testing.T, name string, s containerSpec) ([]string, 
 	}
 	for _, m := range s.tmpfs {
 		args = append(args, "--tmpfs", m)
+	}
+	if len(s.command) > 0 {
+		// The JSON form keeps each element one argument, as the pod spec's list.
+		ep, err := json.Marshal(s.command)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--entrypoint", string(ep))
 	}
 	// Values stay out of the command line: `--env NAME` takes each from podman's own
 	// environment, as secrets never appear in a pod spec.

@@ -187,6 +187,84 @@ func TestSamplesAreAccepted(t *testing.T) {
 	}
 }
 
+// The quick start (docs/quickstart.md) is accepted by the apiserver and needs nothing
+// it does not create: the endpoint's database Secret is the one CloudNativePG makes for
+// its Cluster (<name>-app, key uri, database and owner app), its signing Secret and key
+// are in the set, its sink is a Service in the set whose selector matches the echo
+// Deployment's pods on the named port, and the entities are managed and created on the
+// first event (no app table to create).
+func TestQuickstartNeedsNothingElse(t *testing.T) {
+	c := apiClient(t)
+	testsupport.InstallCRDs(t, filepath.Join(testsupport.RepoRoot(t), "test", "manifests", "testdata", "cnpg-crds.yaml"))
+	objs := decode(t, tool(t, "kustomize", "build", "config/samples/quickstart"))
+	dryRunApply(t, c, objs, "shop")
+
+	byKind := map[string][]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byKind[o.GetKind()] = append(byKind[o.GetKind()], o)
+	}
+	for kind, n := range map[string]int{"Cluster": 1, "WebhookEndpoint": 1, "Deployment": 1, "Service": 1, "Secret": 1} {
+		if len(byKind[kind]) != n {
+			t.Fatalf("config/samples/quickstart has %d %s, want %d", len(byKind[kind]), kind, n)
+		}
+	}
+	var we v1alpha1.WebhookEndpoint
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKind["WebhookEndpoint"][0].Object, &we); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.Validate(&we); err != nil {
+		t.Errorf("the quick start's WebhookEndpoint is not a valid configuration: %v", err)
+	}
+	if we.Spec.Entity.Table != nil || we.Spec.Entity.OnUnmatched != v1alpha1.UnmatchedCreate {
+		t.Errorf("entity %+v: want the managed table (no entity.table) with onUnmatched Create", we.Spec.Entity)
+	}
+
+	pg := byKind["Cluster"][0]
+	db := we.Spec.Database.URLSecretRef
+	if want := pg.GetName() + "-app"; db.Name != want || db.Key != "uri" {
+		t.Errorf("database.urlSecretRef %s/%s, want %s/uri, the Secret CloudNativePG creates for Cluster %s", db.Name, db.Key, want, pg.GetName())
+	}
+	for field, want := range map[string]string{"database": "app", "owner": "app"} {
+		if got, _, _ := unstructured.NestedString(pg.Object, "spec", "bootstrap", "initdb", field); got != want {
+			t.Errorf("Cluster spec.bootstrap.initdb.%s %q, want %q (what the uri names)", field, got, want)
+		}
+	}
+
+	secret := byKind["Secret"][0]
+	for _, ref := range we.Spec.SigningSecrets {
+		k := ref.SecretKeyRef
+		// The dry run returned the Secret as stored: stringData folded into data.
+		_, inString, _ := unstructured.NestedString(secret.Object, "stringData", k.Key)
+		_, inData, _ := unstructured.NestedString(secret.Object, "data", k.Key)
+		if k.Name != secret.GetName() || !inString && !inData {
+			t.Errorf("signing secret %s/%s is not in the quick start", k.Name, k.Key)
+		}
+	}
+
+	sink := we.Spec.Delivery.Sink.ServiceRef
+	svc, deploy := byKind["Service"][0], byKind["Deployment"][0]
+	if sink == nil || sink.Name != svc.GetName() {
+		t.Fatalf("sink %+v, want serviceRef %s", we.Spec.Delivery.Sink, svc.GetName())
+	}
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	found := false
+	for _, p := range ports {
+		if port, _, _ := unstructured.NestedInt64(p.(map[string]any), "port"); port == int64(sink.Port) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("Service %s has no port %d", svc.GetName(), sink.Port)
+	}
+	selector, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+	podLabels, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "labels")
+	for k, v := range selector {
+		if podLabels[k] != v {
+			t.Errorf("Service %s selects %s=%s, which the sink's pods do not carry (%v)", svc.GetName(), k, v, podLabels)
+		}
+	}
+}
+
 // Endpoints declared in chart values, one per exposure kind, render as WebhookEndpoints
 // that admission and config.Validate accept, with their exposure intact.
 func TestHelmChartEndpoints(t *testing.T) {

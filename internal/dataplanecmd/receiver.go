@@ -1,4 +1,4 @@
-package main
+package dataplanecmd
 
 import (
 	"context"
@@ -61,11 +61,8 @@ func (f receiverFlags) groupCommit() (receipt.GroupCommit, error) {
 	return g, nil
 }
 
-func init() {
-	rootCmd.AddCommand(newReceiverCommand())
-}
-
-func newReceiverCommand() *cobra.Command {
+// Receiver is the receiver subcommand: it serves one WebhookEndpoint.
+func Receiver() *cobra.Command {
 	var f receiverFlags
 	cmd := &cobra.Command{
 		Use:   "receiver",

@@ -1,4 +1,4 @@
-package main
+package dataplanecmd
 
 import (
 	"bufio"
@@ -40,8 +40,9 @@ func TestReceiverProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &args); err != nil {
 		t.Fatal(err)
 	}
-	rootCmd.SetArgs(append([]string{"receiver"}, args...))
-	if err := rootCmd.Execute(); err != nil {
+	cmd := Receiver()
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package dataplanecmd
 
 import (
 	"fmt"
@@ -8,9 +8,8 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
-func init() { rootCmd.AddCommand(newVersionCmd()) }
-
-func newVersionCmd() *cobra.Command {
+// Version is the version subcommand.
+func Version() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, VCS revision and Go version of this binary",

@@ -1,4 +1,4 @@
-package main
+package dataplanecmd
 
 import (
 	"context"
@@ -12,9 +12,8 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-func init() { rootCmd.AddCommand(newMigrateCmd()) }
-
-func newMigrateCmd() *cobra.Command {
+// Migrate is the migrate subcommand, which the operator's migration Job runs.
+func Migrate() *cobra.Command {
 	var endpointFile string
 	var timeout time.Duration
 	cmd := &cobra.Command{
