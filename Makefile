@@ -85,8 +85,9 @@ test-e2e: tools build ## Run only the end-to-end suite on the local cluster.
 	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) test $(TEST_FLAGS) -v ./test/e2e/...
 
 .PHONY: bench
-bench: tools build ## Run the receiver and dispatcher benchmarks and print their table.
-	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(HOOKKEEPER_RECEIVER)
+bench: tools build image-test-archive ## Run the receiver, dispatcher and image benchmarks and print their table (the receiver as built into the image).
+	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(BIN)/image-build/linux-amd64/hookkeeper-receiver \
+		-image-tool $(IMAGE_TOOL) -image-archive $(IMAGE_TEST_ARCHIVE)
 
 ##@ Build
 

@@ -38,6 +38,9 @@ type Env struct {
 	Handwritten string
 	// Chart is where the receiver suite writes its SVG chart; empty for none.
 	Chart string
+	// ImageTool and ImageArchive are the image tool (hack/image) and the linux/amd64
+	// OCI archive it built, for the image suite.
+	ImageTool, ImageArchive string
 	// WorkDir is a temporary directory the suites may write into.
 	WorkDir string
 	Log     *log.Logger

@@ -36,6 +36,8 @@ func main() {
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
 		handwritten = flag.String("handwritten", "", "path of the built hand-written handler (./test/bench/handwritten); empty: go build it into a temporary directory")
 		chart       = flag.String("chart", "bin/bench.svg", "where the receiver suite writes its SVG chart; empty for none")
+		imageTool   = flag.String("image-tool", "bin/hookkeeper-image", "the image tool (make image builds it); the image suite asks it for the image's size")
+		imageArch   = flag.String("image-archive", "bin/hookkeeper-linux-amd64.oci.tar", "the linux/amd64 OCI archive (make image-test-archive) whose size the image suite reports")
 	)
 	flag.Parse()
 	logger := log.New(os.Stderr, "bench: ", log.Ltime)
@@ -79,6 +81,8 @@ func main() {
 		ReceiverArgs: strings.Fields(*extraArgs),
 		Handwritten:  *handwritten,
 		Chart:        *chart,
+		ImageTool:    *imageTool,
+		ImageArchive: *imageArch,
 		WorkDir:      workDir,
 		Log:          logger,
 	}

@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v pgbench >/dev/null || { echo "pgbench not found: install PostgreSQL's client tools" >&2; exit 1; }
 mkdir -p bin
-CGO_ENABLED=0 go build -trimpath -o bin/hookkeeper ./cmd/hookkeeper
+CGO_ENABLED=0 go build -trimpath -o bin/hookkeeper-receiver ./cmd/hookkeeper-receiver
 CGO_ENABLED=0 go build -trimpath -o bin/hookkeeper-handwritten ./test/bench/handwritten
 go build -o bin/hookkeeper-bench ./test/bench
-exec bin/hookkeeper-bench -hookkeeper bin/hookkeeper -handwritten bin/hookkeeper-handwritten "$@"
+# The image suite reads bin/hookkeeper-linux-amd64.oci.tar: `make image-test-archive` first.
+exec bin/hookkeeper-bench -hookkeeper bin/hookkeeper-receiver -handwritten bin/hookkeeper-handwritten "$@"
