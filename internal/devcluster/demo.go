@@ -143,7 +143,7 @@ func RunDemo(ctx context.Context, s *Session, out io.Writer) error {
 
 	fmt.Fprintf(out, "\ndemo: signed Stripe webhooks to %s\n", url)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tHTTP\tOUTCOME\tORDER STATE\tOUTBOX\tDELIVERY")
+	fmt.Fprintln(tw, "STEP\tHTTP\tOUTCOME\tORDER STATE\tOUTBOX (THE ORDER'S)\tDELIVERY")
 	for _, st := range steps {
 		codes, err := st.send(ctx)
 		if err != nil {
@@ -229,16 +229,22 @@ func demoRow(ctx context.Context, conn *pgx.Conn, sink *Sink, schema, endpoint s
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// The order's effects, not only this event's: a capture that releases a parked
+		// refund writes both, in provider order.
 		var rows, delivered int
-		var keys []string
-		err := conn.QueryRow(ctx, `SELECT count(*), count(delivered_at), coalesce(array_agg(dedupe_key), '{}')
-			FROM `+ident+`.outbox WHERE endpoint = $1 AND source_event_id = $2`, endpoint, st.eventID).Scan(&rows, &delivered, &keys)
+		var keys, types []string
+		err := conn.QueryRow(ctx, `SELECT count(*), count(delivered_at), coalesce(array_agg(dedupe_key ORDER BY id), '{}'),
+			coalesce(array_agg(event_type ORDER BY id), '{}')
+			FROM `+ident+`.outbox WHERE endpoint = $1 AND entity_key = $2`, endpoint, st.order).Scan(&rows, &delivered, &keys, &types)
 		if err != nil {
 			return r, fmt.Errorf("read outbox: %w", err)
 		}
 		r.outbox = strconv.Itoa(rows) + " row"
 		if rows != 1 {
 			r.outbox += "s"
+		}
+		if rows > 0 {
+			r.outbox += ": " + strings.Join(types, ", ")
 		}
 		if rows == 0 {
 			r.delivery = "-"
