@@ -29,8 +29,8 @@ import (
 //
 // Nothing is acknowledged before its group commits. A group that fails for any reason
 // is rolled back and each member then runs alone, so one member's failure (its own
-// deadlock, a constraint of the app's table, a timeout) never fails another. A group
-// waits at most groupLockTimeout for a lock; a member that contends for one runs alone
+// deadlock, a constraint of the app's table, a timeout) never fails another. A group of
+// two or more waits at most groupLockTimeout for a lock; a member that contends for one runs alone
 // too, and the leader goes on with the queue. A member that onUnmatched Retry turns
 // away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
 //
@@ -271,7 +271,12 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		replies = make([]groupReply, len(group))
 		plans = make([]*entityPlan, len(group))
 		views := make([]entityView, len(group))
-		tx.queue(groupLockTimeoutStep)
+		if len(group) > 1 {
+			// Only a shared transaction bounds its lock waits: a lone delivery waiting for
+			// its entity delays nobody else, and the statement would cost it a round of
+			// parsing for nothing.
+			tx.queue(groupLockTimeoutStep)
+		}
 		locks := 0
 		for _, i := range order {
 			plans[i] = &entityPlan{primary: &candidate{ev: group[i].ev, live: group[i].live}}
