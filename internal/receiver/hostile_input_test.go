@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -180,5 +182,54 @@ func TestShopifyReplayWithNewWebhookIDAndTimeIsADuplicate(t *testing.T) {
 	}
 	if got := f.rowCounts()["events"]; got != 1 || n != 0 {
 		t.Errorf("receipts = %d (want 1), with a future occurred_at = %d (want 0)", got, n)
+	}
+}
+
+// TestBodyCutOffMidwayStoresNothing: a sender (or a proxy) that announces a body and
+// closes the connection halfway. The half it sent is a prefix of an authentically signed
+// event; nothing of it may be stored, and the whole event, delivered again, is recorded
+// once, not taken for a duplicate of a half.
+func TestBodyCutOffMidwayStoresNothing(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderStripe})
+	body := stripeEvent("evt_cut", "order-1", 1000)
+	header := stripeHeader(stripeSecret, body)
+
+	u, err := url.Parse(f.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	var req strings.Builder
+	fmt.Fprintf(&req, "POST /hooks HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", u.Host, len(body))
+	for k, vs := range header {
+		for _, v := range vs {
+			fmt.Fprintf(&req, "%s: %s\r\n", k, v)
+		}
+	}
+	req.WriteString("\r\n")
+	req.Write(body[:len(body)/2])
+	if _, err := conn.Write([]byte(req.String())); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, _ := io.ReadAll(conn) // the receiver answers 400 or just closes; both are fine
+	if strings.HasPrefix(string(answer), "HTTP/1.1 2") {
+		t.Fatalf("a body cut off midway was acknowledged: %q", answer)
+	}
+	f.assertNothingStored()
+
+	r := f.post("/hooks", body, header)
+	if r.code != http.StatusOK || !strings.Contains(r.body, `"duplicate":false`) {
+		t.Fatalf("the whole event afterwards: %d %q, want it recorded", r.code, r.body)
+	}
+	if got := f.rowCounts()["events"]; got != 1 {
+		t.Fatalf("receipts = %d, want 1", got)
 	}
 }
