@@ -71,8 +71,10 @@ func (s storedEvent) event(entityKey string) Event {
 // candidate is one event a transaction decides: the delivered one (receiptID 0) or a
 // stored receipt (parked, or re-driven by Reprocess), and what was recorded for it.
 type candidate struct {
-	ev        Event
-	live      any
+	ev   Event
+	live any
+	// fetched: live was fetched in this transaction (judgeWaiting).
+	fetched   bool
 	receiptID int64
 	// was is the stored receipt's outcome when it was read.
 	was Outcome
@@ -234,7 +236,7 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 				still = append(still, w)
 				continue
 			}
-			wv := r.judge(&w.ev, r.liveFor(ctx, w), cur, false)
+			wv := r.judgeWaiting(ctx, w, cur)
 			switch wv.outcome {
 			case OutcomeParked:
 				still = append(still, w)
@@ -253,11 +255,9 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 			break
 		}
 	}
-	for _, w := range waiting {
-		if w == c {
-			// The delivered (or replayed) event waits: recorded as parked.
-			steps = append(steps, r.writeStep(c, v, view.created))
-		}
+	if slices.Contains(waiting, c) {
+		// The delivered (or replayed) event waits: recorded as parked.
+		steps = append(steps, r.writeStep(c, v, view.created))
 	}
 	return steps, nil
 }
@@ -277,19 +277,23 @@ func insertInProviderOrder(waiting []*candidate, c *candidate) []*candidate {
 	return slices.Insert(waiting, i, c)
 }
 
-// liveFor fetches `live` for a waiting event whose transition re-fetches. The fetch runs
-// inside the transaction, holding the entity's lock: only for parked events, which are
-// rare. A failed fetch leaves the event parked (nil live keeps a re-fetching guard
-// false, so it is reported as parked, not applied).
-func (r *Recorder) liveFor(ctx context.Context, c *candidate) any {
-	if c.live != nil || c.receiptID == 0 {
-		return c.live
+// judgeWaiting judges a waiting event. A stored event whose type re-fetches is first
+// judged without `live`: only when a transition of it starts from the entity's state is
+// the provider's object fetched (once per transaction, however many release passes judge
+// it), inside the transaction and holding the entity's lock; parked events are rare. A
+// failed fetch leaves the event parked.
+func (r *Recorder) judgeWaiting(ctx context.Context, w *candidate, cur entityState) decision {
+	d := r.judge(&w.ev, w.live, cur, false)
+	if w.receiptID == 0 || w.fetched || r.live == nil || !r.ep.Machine.NeedsLive(w.ev.Type) ||
+		d.outcome == OutcomeParked || d.outcome == OutcomeIgnoredState {
+		return d
 	}
-	v, err := r.fetchLive(ctx, c.ev)
-	if err != nil {
-		return errLiveUnavailable
+	w.fetched = true
+	var err error
+	if w.live, err = r.fetchLive(ctx, w.ev); err != nil {
+		w.live = errLiveUnavailable
 	}
-	return v
+	return r.judge(&w.ev, w.live, cur, false)
 }
 
 // errLiveUnavailable marks a waiting event whose re-fetch failed: it stays parked.

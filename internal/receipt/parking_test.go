@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -296,5 +297,57 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 				t.Fatalf("%d entities have effects out of provider order", got)
 			}
 		})
+	}
+}
+
+// A parked event whose transition re-fetches is fetched when it can apply, once, however
+// many release passes judge it: the fetch runs holding the entity's lock.
+func TestReleasedEventReFetchesOnceWhenItFits(t *testing.T) {
+	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
+	sm := &we.Spec.StateMachine
+	sm.States = append(sm.States, "shipped")
+	sm.Transitions = append(sm.Transitions, v1alpha1.Transition{Name: "ship", On: []string{"order.shipped"},
+		From: []string{"paid"}, To: "shipped", Emit: "order.shipped"})
+	for i := range sm.Transitions {
+		if sm.Transitions[i].Name == "refund" {
+			sm.Transitions[i].From = []string{"shipped"}
+			sm.Transitions[i].Guard = `live != null && live.status == "refunded"`
+		}
+	}
+	we.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: secretRef("stripe", "key"), Transitions: []string{"refund"}}
+	f := newFixture(t, we)
+	f.managedEntity("o-1", "payment_pending", 500)
+	calls := 0
+	rec := NewRecorder(f.pool, f.ep, WithLive(func(context.Context, Event) (any, error) {
+		calls++
+		return map[string]any{"status": "refunded"}, nil
+	}))
+	record := func(e Event) Result {
+		t.Helper()
+		r, err := rec.Record(f.ctx, e)
+		if err != nil {
+			t.Fatalf("Record(%s): %v", e.ID, err)
+		}
+		return r
+	}
+	// Same instant, so arrival decides the order: the refund is judged first in every
+	// pass, and fits only after the shipment applied.
+	if r := record(ev("evt_ref", "charge.refunded", "o-1", 500, t0)); r.Outcome != OutcomeParked {
+		t.Fatalf("refund: %+v", r)
+	}
+	if r := record(ev("evt_ship", "order.shipped", "o-1", 500, t0)); r.Outcome != OutcomeParked {
+		t.Fatalf("shipment: %+v", r)
+	}
+	calls = 0
+	r := record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0))
+	if len(r.Released) != 2 || r.Released[0].EventID != "evt_ship" || r.Released[1].EventID != "evt_ref" ||
+		r.Released[1].Outcome != OutcomeApplied {
+		t.Fatalf("capture released %+v", r.Released)
+	}
+	if calls != 1 {
+		t.Fatalf("the refund's object was fetched %d times in one transaction, want once", calls)
+	}
+	if got := f.effects(); got != "order.paid,order.shipped,order.refunded" {
+		t.Fatalf("effects = %s", got)
 	}
 }
