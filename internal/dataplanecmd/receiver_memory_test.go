@@ -67,7 +67,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	if err := os.WriteFile(manifest, fmt.Appendf(nil, receiverTestManifest, sink.URL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	webhookAddr, adminAddr := freeTestAddr(t), freeTestAddr(t)
+	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	args, _ := json.Marshal([]string{"--endpoint", manifest, "--listen-address", webhookAddr,
 		"--admin-address", adminAddr, "--log-level", "error", "--dispatcher=false"})
 	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")

@@ -74,7 +74,7 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 	const secret = "whsec_command_test"
 	t.Setenv(config.EnvDatabaseURL, dbURL)
 	t.Setenv(config.EnvSigningSecretPrefix+"0", secret)
-	webhookAddr, adminAddr := freeTestAddr(t), freeTestAddr(t)
+	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -176,17 +176,4 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 			t.Errorf("%s: error %v, want one mentioning %s", name, err, tc.want)
 		}
 	}
-}
-
-func freeTestAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,19 +63,6 @@ func hookkeeperBinary(t *testing.T, root, dir string) string {
 	return exe
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // receiverProc is a `hookkeeper receiver` subprocess, configured as the operator
 // configures a pod: a manifest plus environment variables.
 type receiverProc struct {
@@ -96,7 +82,7 @@ func newReceiverProc(t *testing.T, exe, manifest string, env map[string]string) 
 	p := &receiverProc{
 		t: t, exe: exe, manifest: manifest,
 		logFile:     filepath.Join(t.TempDir(), "receiver.log"),
-		webhookAddr: freeAddr(t), adminAddr: freeAddr(t),
+		webhookAddr: testsupport.FreeAddr(t), adminAddr: testsupport.FreeAddr(t),
 	}
 	p.env = append(p.env, os.Environ()...)
 	p.env = append(p.env, config.EnvEndpoint+"=")
