@@ -63,6 +63,10 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
 api-docs: manifests ## Regenerate docs/api-reference.md from the CRD.
 	$(GO) run ./hack/gen-api-docs config/crd/bases/hookkeeper.dev_webhookendpoints.yaml > docs/api-reference.md
 
+.PHONY: provider-docs
+provider-docs: ## Regenerate the provider table of docs/providers.md from internal/provider.
+	$(GO) test ./internal/provider -run '^TestProviderTable$$' -update
+
 .PHONY: fmt
 fmt: ## gofmt the tree.
 	$(GO) fmt ./...

@@ -78,11 +78,36 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 			w.Spec.StateMachine.Transitions[1].Name = "capture"
 		}, []string{"Duplicate value"}},
 		{"hmac block without type HMAC", func(w *v1alpha1.WebhookEndpoint) {
-			w.Spec.Provider.HMAC = &v1alpha1.HMACSpec{Header: "X-Sig"}
+			w.Spec.Provider.HMAC = &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}}
 		}, []string{"provider.hmac is required when provider.type is HMAC"}},
 		{"type HMAC without hmac block", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Type = v1alpha1.ProviderHMAC
 		}, []string{"provider.hmac is required when provider.type is HMAC"}},
+		{"ed25519 block without type Ed25519", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.Ed25519 = &v1alpha1.Ed25519Spec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}}
+		}, []string{"provider.ed25519 is required when provider.type is Ed25519"}},
+		{"composite with a prefix", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", Prefix: "v1=", SignedContent: "{timestamp}.{body}",
+				Composite: &v1alpha1.CompositeSpec{TimestampKey: "t", SignatureKey: "v1"}})
+		}, []string{"spec.provider.hmac", "prefix, separator and timestampHeader do not apply with composite"}},
+		{"a template without the body", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{id}", IDHeader: "X-Id"})
+		}, []string{"spec.provider.hmac", "signedContent must contain {body}"}},
+		{"a signed timestamp with no source", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{timestamp}.{body}"})
+		}, []string{"signedContent uses {timestamp}: set timestampHeader (or composite.timestampKey)"}},
+		{"a composite timestamp that is not signed", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", Composite: &v1alpha1.CompositeSpec{TimestampKey: "t", SignatureKey: "v1"}})
+		}, []string{"signedContent does not use {timestamp}, so the timestamp would not be authenticated"}},
+		{"an id header that is not signed", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", IDHeader: "X-Id"})
+		}, []string{"idHeader must be set exactly when signedContent uses {id}"}},
+		{"an unknown timestamp format", func(w *v1alpha1.WebhookEndpoint) {
+			hmacSpec(w, v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{timestamp}{body}", TimestampHeader: "X-T", TimestampFormat: "Nanos"})
+		}, []string{"timestampFormat", "Unsupported value"}},
+		{"a signed URL that is not a URL", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider.SignedURL = "hooks.example.com/in"
+		}, []string{"signedURL"}},
 		{"Create with the app's table", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Entity = v1alpha1.EntitySpec{OnUnmatched: v1alpha1.UnmatchedCreate,
 				Table: &v1alpha1.EntityTableSpec{Name: "orders", KeyColumn: "id", StateColumn: "status"}}
@@ -124,4 +149,10 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hmacSpec makes w a generic HMAC endpoint with the given scheme.
+func hmacSpec(w *v1alpha1.WebhookEndpoint, s v1alpha1.SchemeSpec) {
+	w.Spec.Provider.Type = v1alpha1.ProviderHMAC
+	w.Spec.Provider.HMAC = &v1alpha1.HMACSpec{SchemeSpec: s}
 }

@@ -12,30 +12,34 @@ import (
 // trip) fails when the two disagree. Everything else (config, the dispatcher, the
 // signature verifier, the resource builders) reads the constants from here.
 const (
-	DefaultTolerance       = 5 * time.Minute
-	DefaultHMACAlgorithm   = HMACSHA256
-	DefaultHMACEncoding    = EncodingHex
-	DefaultHMACKeyEncoding = KeyRaw
-	DefaultSignedContent   = "{body}"
-	DefaultRefetchTimeout  = 5 * time.Second
-	DefaultParkFor         = 72 * time.Hour
-	DefaultSchema          = "hookkeeper"
-	DefaultMaxConnections  = 10
-	DefaultTableSchema     = "public"
-	DefaultOnUnmatched     = UnmatchedRecord
-	DefaultServicePort     = 80
-	DefaultServicePath     = "/"
-	DefaultMaxAttempts     = 12
-	DefaultBackoffInitial  = time.Second
-	DefaultBackoffMax      = 15 * time.Minute
-	DefaultTimeout         = 10 * time.Second
-	DefaultOrdering        = OrderingPerEntity
-	DefaultConcurrency     = 16
-	DefaultReplicas        = 2
-	DefaultReceiverPath    = "/"
-	DefaultMaxBodyBytes    = 1 << 20
-	DefaultMaxInFlight     = 64
-	DefaultDatabasePort    = 5432
+	DefaultTolerance         = 5 * time.Minute
+	DefaultHMACAlgorithm     = HMACSHA256
+	DefaultHMACEncoding      = EncodingHex
+	DefaultHMACKeyEncoding   = KeyRaw
+	DefaultSignedContent     = "{body}"
+	DefaultTimestampFormat   = TimestampUnix
+	DefaultPublicKeyEncoding = PublicKeyHex
+	DefaultPairSeparator     = ","
+	DefaultKeyValueSeparator = "="
+	DefaultRefetchTimeout    = 5 * time.Second
+	DefaultParkFor           = 72 * time.Hour
+	DefaultSchema            = "hookkeeper"
+	DefaultMaxConnections    = 10
+	DefaultTableSchema       = "public"
+	DefaultOnUnmatched       = UnmatchedRecord
+	DefaultServicePort       = 80
+	DefaultServicePath       = "/"
+	DefaultMaxAttempts       = 12
+	DefaultBackoffInitial    = time.Second
+	DefaultBackoffMax        = 15 * time.Minute
+	DefaultTimeout           = 10 * time.Second
+	DefaultOrdering          = OrderingPerEntity
+	DefaultConcurrency       = 16
+	DefaultReplicas          = 2
+	DefaultReceiverPath      = "/"
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultMaxInFlight       = 64
+	DefaultDatabasePort      = 5432
 	// DefaultEnabled is the default of monitoring.*.enabled and networkPolicy.enabled.
 	DefaultEnabled = true
 )
@@ -75,10 +79,13 @@ func (s *WebhookEndpointSpec) Default() {
 	p := &s.Provider
 	durationDefault(&p.Tolerance, DefaultTolerance)
 	if h := p.HMAC; h != nil {
+		h.SchemeSpec.Default()
 		valueDefault(&h.Algorithm, DefaultHMACAlgorithm)
-		valueDefault(&h.Encoding, DefaultHMACEncoding)
 		valueDefault(&h.KeyEncoding, DefaultHMACKeyEncoding)
-		valueDefault(&h.SignedContent, DefaultSignedContent)
+	}
+	if e := p.Ed25519; e != nil {
+		e.SchemeSpec.Default()
+		valueDefault(&e.KeyEncoding, DefaultPublicKeyEncoding)
 	}
 	if r := p.Refetch; r != nil {
 		durationDefault(&r.Timeout, DefaultRefetchTimeout)
@@ -116,6 +123,17 @@ func (s *WebhookEndpointSpec) Default() {
 	pointerDefault(&s.NetworkPolicy.Enabled, DefaultEnabled)
 	if eg := s.NetworkPolicy.Egress; eg != nil {
 		valueDefault(&eg.DatabasePort, DefaultDatabasePort)
+	}
+}
+
+// Default fills the empty fields of a generic scheme that have CRD defaults.
+func (s *SchemeSpec) Default() {
+	valueDefault(&s.Encoding, DefaultHMACEncoding)
+	valueDefault(&s.SignedContent, DefaultSignedContent)
+	valueDefault(&s.TimestampFormat, DefaultTimestampFormat)
+	if c := s.Composite; c != nil {
+		valueDefault(&c.PairSeparator, DefaultPairSeparator)
+		valueDefault(&c.KeyValueSeparator, DefaultKeyValueSeparator)
 	}
 }
 

@@ -36,7 +36,7 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 	cases := map[string]func(*v1alpha1.WebhookEndpoint){
 		"minimal": func(*v1alpha1.WebhookEndpoint) {},
 		"hmac provider": func(w *v1alpha1.WebhookEndpoint) {
-			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{Header: "X-Signature"}}
+			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Signature"}}}
 		},
 		"refetch, serviceRef, app table, egress": func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: ref("stripe", "api-key"), Transitions: []string{"capture"}}

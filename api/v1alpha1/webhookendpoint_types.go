@@ -6,7 +6,7 @@ import (
 )
 
 // ProviderType names a webhook signature scheme and its payload conventions.
-// +kubebuilder:validation:Enum=Stripe;Adyen;GitHub;StandardWebhooks;Shopify;Slack;HMAC
+// +kubebuilder:validation:Enum=Stripe;Adyen;GitHub;StandardWebhooks;Shopify;Slack;HMAC;Ed25519;Paddle;Calendly;Razorpay;Paystack;Square;Zoom;Intercom;Linear;Typeform;TwitchEventSub;Discord;Vercel;PagerDuty;HubSpot;GitLab;Bitbucket;Clerk;Resend;Mailgun;Twilio
 type ProviderType string
 
 // The supported providers.
@@ -18,6 +18,7 @@ const (
 	ProviderShopify          ProviderType = "Shopify"
 	ProviderSlack            ProviderType = "Slack"
 	ProviderHMAC             ProviderType = "HMAC"
+	ProviderEd25519          ProviderType = "Ed25519"
 )
 
 // HMACAlgorithm is the hash function of a configurable HMAC scheme.
@@ -78,8 +79,69 @@ const (
 	OrderingNone      Ordering = "None"
 )
 
-// HMACSpec describes a generic HMAC signature scheme, for providers without a preset.
-type HMACSpec struct {
+// TimestampFormat is how a signed timestamp is written.
+// +kubebuilder:validation:Enum=Unix;UnixMilli;RFC3339
+type TimestampFormat string
+
+// The timestamp formats.
+const (
+	TimestampUnix      TimestampFormat = "Unix"
+	TimestampUnixMilli TimestampFormat = "UnixMilli"
+	TimestampRFC3339   TimestampFormat = "RFC3339"
+)
+
+// PublicKeyEncoding is how an Ed25519 public key is stored in its Secret.
+// +kubebuilder:validation:Enum=Hex;Base64;Whpk
+type PublicKeyEncoding string
+
+// The public key encodings.
+const (
+	PublicKeyHex    PublicKeyEncoding = "Hex"
+	PublicKeyBase64 PublicKeyEncoding = "Base64"
+	// PublicKeyWhpk is Standard Webhooks' form: "whpk_" followed by base64.
+	PublicKeyWhpk PublicKeyEncoding = "Whpk"
+)
+
+// CompositeSpec describes a signature header that carries its own timestamp next to
+// one or more signatures, as key/value pairs: `t=1700000000,v1=<sig>,v1=<sig>`
+// (Calendly, Stripe) or `ts=1700000000;h1=<sig>` (Paddle).
+type CompositeSpec struct {
+	// pairSeparator splits the header into pairs, e.g. "," or ";".
+	// +kubebuilder:default=","
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4
+	// +optional
+	PairSeparator string `json:"pairSeparator,omitempty"`
+
+	// keyValueSeparator splits a pair into key and value, e.g. "=".
+	// +kubebuilder:default="="
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4
+	// +optional
+	KeyValueSeparator string `json:"keyValueSeparator,omitempty"`
+
+	// timestampKey is the key of the timestamp pair, e.g. "t" or "ts". When set the
+	// pair must appear exactly once, signedContent must use {timestamp}, and the
+	// timestamp must be within provider.tolerance of now.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	TimestampKey string `json:"timestampKey,omitempty"`
+
+	// signatureKey is the key of the signature pairs, e.g. "v1" or "h1"; the header may
+	// carry several (one per secret during a roll), and one verifying is enough.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	SignatureKey string `json:"signatureKey"`
+}
+
+// SchemeSpec is the part of a generic signature scheme that says where the signature
+// is and what it covers; the HMAC and Ed25519 schemes share it.
+// +kubebuilder:validation:XValidation:rule="!has(self.composite) || (!has(self.prefix) && !has(self.separator) && !has(self.timestampHeader))",message="prefix, separator and timestampHeader do not apply with composite: the composite keys name the signatures and the timestamp"
+// +kubebuilder:validation:XValidation:rule="!has(self.signedContent) || self.signedContent.contains('{body}')",message="signedContent must contain {body}: a signature that does not cover the body authenticates nothing"
+// +kubebuilder:validation:XValidation:rule="!has(self.signedContent) || !self.signedContent.contains('{timestamp}') || has(self.timestampHeader) || (has(self.composite) && has(self.composite.timestampKey))",message="signedContent uses {timestamp}: set timestampHeader (or composite.timestampKey)"
+// +kubebuilder:validation:XValidation:rule="(!has(self.timestampHeader) && !(has(self.composite) && has(self.composite.timestampKey))) || (has(self.signedContent) && self.signedContent.contains('{timestamp}'))",message="timestampHeader (or composite.timestampKey) is set but signedContent does not use {timestamp}, so the timestamp would not be authenticated"
+// +kubebuilder:validation:XValidation:rule="has(self.idHeader) == (has(self.signedContent) && self.signedContent.contains('{id}'))",message="idHeader must be set exactly when signedContent uses {id}"
+type SchemeSpec struct {
 	// header is the request header that carries the signature, e.g. X-Signature.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=128
@@ -96,38 +158,66 @@ type HMACSpec struct {
 	// +kubebuilder:validation:MaxLength=4
 	Separator string `json:"separator,omitempty"`
 
-	// algorithm is the HMAC hash function.
-	// +kubebuilder:default=SHA256
+	// composite reads a header of key/value pairs carrying a timestamp and signatures,
+	// e.g. `t=...,v1=...`; prefix, separator and timestampHeader do not apply then.
 	// +optional
-	Algorithm HMACAlgorithm `json:"algorithm,omitempty"`
+	Composite *CompositeSpec `json:"composite,omitempty"`
 
 	// encoding is how the signature is written in the header.
 	// +kubebuilder:default=Hex
 	// +optional
 	Encoding SignatureEncoding `json:"encoding,omitempty"`
 
-	// keyEncoding is how the secret value is stored in the Secret.
-	// +kubebuilder:default=Raw
-	// +optional
-	KeyEncoding KeyEncoding `json:"keyEncoding,omitempty"`
-
 	// signedContent is the template of the signed bytes. Placeholders: {body} (the raw
-	// body), {timestamp} (the timestamp header), {id} (the id header).
+	// body, required), {timestamp} (the timestamp as sent), {id} (the id header),
+	// {method} (the request method), {url} (provider.signedURL).
 	// +kubebuilder:default="{body}"
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	SignedContent string `json:"signedContent,omitempty"`
 
-	// timestampHeader names the header with a Unix timestamp (seconds); when set, the
+	// timestampHeader names the header with the signed timestamp; when set, the
 	// timestamp must be within provider.tolerance of now.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	TimestampHeader string `json:"timestampHeader,omitempty"`
 
+	// timestampFormat is how the timestamp is written: Unix seconds, Unix milliseconds
+	// or RFC 3339.
+	// +kubebuilder:default=Unix
+	// +optional
+	TimestampFormat TimestampFormat `json:"timestampFormat,omitempty"`
+
 	// idHeader names the header with the delivery id, for the {id} placeholder.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	IDHeader string `json:"idHeader,omitempty"`
+}
+
+// HMACSpec describes a generic HMAC signature scheme, for providers without a preset.
+type HMACSpec struct {
+	SchemeSpec `json:",inline"`
+
+	// algorithm is the HMAC hash function.
+	// +kubebuilder:default=SHA256
+	// +optional
+	Algorithm HMACAlgorithm `json:"algorithm,omitempty"`
+
+	// keyEncoding is how the secret value is stored in the Secret.
+	// +kubebuilder:default=Raw
+	// +optional
+	KeyEncoding KeyEncoding `json:"keyEncoding,omitempty"`
+}
+
+// Ed25519Spec describes a generic Ed25519 signature scheme: the provider signs with its
+// private key, and each signingSecrets entry holds a public key that verifies.
+type Ed25519Spec struct {
+	SchemeSpec `json:",inline"`
+
+	// keyEncoding is how the public key (32 bytes) is stored in the Secret.
+	// +kubebuilder:default=Hex
+	// +optional
+	KeyEncoding PublicKeyEncoding `json:"keyEncoding,omitempty"`
 }
 
 // RefetchSpec makes critical transitions confirm the provider's current object state
@@ -163,6 +253,7 @@ type RefetchSpec struct {
 
 // ProviderSpec selects how requests are authenticated and how events are read.
 // +kubebuilder:validation:XValidation:rule="has(self.hmac) == (self.type == 'HMAC')",message="provider.hmac is required when provider.type is HMAC and not allowed otherwise"
+// +kubebuilder:validation:XValidation:rule="has(self.ed25519) == (self.type == 'Ed25519')",message="provider.ed25519 is required when provider.type is Ed25519 and not allowed otherwise"
 // +kubebuilder:validation:XValidation:rule="!has(self.refetch) || self.type == 'Stripe'",message="provider.refetch is supported for provider.type Stripe only"
 type ProviderSpec struct {
 	// type of the provider; it selects the signature scheme and the event field presets.
@@ -176,6 +267,18 @@ type ProviderSpec struct {
 	// hmac configures the generic HMAC scheme; only with type HMAC.
 	// +optional
 	HMAC *HMACSpec `json:"hmac,omitempty"`
+
+	// ed25519 configures the generic Ed25519 scheme; only with type Ed25519.
+	// +optional
+	Ed25519 *Ed25519Spec `json:"ed25519,omitempty"`
+
+	// signedURL is the URL the provider sends to, exactly as configured at the
+	// provider, for schemes that sign it (Square, Twilio, HubSpot, an HMAC or Ed25519
+	// signedContent with {url}). Behind a proxy the receiver cannot know it otherwise.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://`
+	SignedURL string `json:"signedURL,omitempty"`
 
 	// refetch confirms the provider's live object before critical transitions apply.
 	// +optional

@@ -6,24 +6,10 @@
 // # Event extraction
 //
 // Each field of spec.event is a CEL expression over `body` (the parsed JSON payload;
-// integral numbers are int) and `headers` (lower-cased names, first value, without
-// credentials or signatures). A field left empty takes the provider preset:
-//
-//	provider          id                               type                                      entityKey                                   amount                    occurredAt
-//	Stripe            body.id                          body.type                                 body.data.object.id                         body.data.object.amount   body.created
-//	Adyen (per item)  pspReference:eventCode:success   body.eventCode                            body.merchantReference                      body.amount.value         body.eventDate
-//	GitHub            headers["x-github-delivery"]     x-github-event + "." + body.action        pull_request/issue html_url, else repo name -                         -
-//	StandardWebhooks  headers["webhook-id"]            body.type                                 body.data.id                                body.data.amount          body.timestamp
-//	Shopify           headers["x-shopify-webhook-id"]  headers["x-shopify-topic"]                body.id                                     -                         headers["x-shopify-triggered-at"]
-//	Slack             body.event_id                    body.event.type                           body.event.channel                          -                         body.event_time
-//	HMAC              body.id                          body.type                                 -                                           -                         -
-//
-// The exact expressions are in Presets. For Adyen, `body` is one
-// notificationItems[].NotificationRequestItem and each item is its own event; its id is
-// `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`, because Adyen
-// re-sends an eventCode for a pspReference with a different success flag. The GitHub
-// type appends "." + body.action only when the payload has an action
-// (e.g. "pull_request.opened", "push").
+// integral numbers are int), `headers` (lower-cased names, first value, without
+// credentials or signatures) and `signed` (what the signature covered besides the body).
+// A field left empty takes the provider's preset, declared in the provider's file in
+// internal/provider and tabled in docs/providers.md.
 //
 // id and type are required (a payload without them is a 400). entityKey, amount and
 // occurredAt are optional: an expression that fails on a payload leaves the field empty.
@@ -57,6 +43,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 	"github.com/hookkeeper/hookkeeper/internal/statemachine"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -184,7 +171,7 @@ func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoin
 	if err != nil {
 		return nil, err
 	}
-	if ep.Verifier, err = signature.New(spec.Provider, secrets); err != nil {
+	if ep.Verifier, err = provider.NewVerifier(spec.Provider, secrets); err != nil {
 		return nil, fmt.Errorf("build %s signature verifier: %w", spec.Provider.Type, err)
 	}
 	ep.SinkURL = sinkURL(spec.Delivery.Sink, we.Namespace, getenv(EnvSinkURL))
@@ -288,41 +275,15 @@ func compileSpec(spec *v1alpha1.WebhookEndpointSpec) (*Extractor, *statemachine.
 }
 
 var (
-	headerName          = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
 	schemaName          = regexp.MustCompile(v1alpha1.SchemaPattern)
-	placeholder         = regexp.MustCompile(`\{[^{}]*\}`)
-	knownProviders      = map[v1alpha1.ProviderType]bool{}
 	onUnmatchedPolicies = map[v1alpha1.OnUnmatched]bool{v1alpha1.UnmatchedRecord: true, v1alpha1.UnmatchedRetry: true, v1alpha1.UnmatchedCreate: true}
 )
 
-func init() {
-	for p := range Presets {
-		knownProviders[p] = true
-	}
-}
-
 func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
-	var errs []error
+	errs := provider.Validate(spec.Provider)
 	p := spec.Provider
-	if !knownProviders[p.Type] {
-		errs = append(errs, expr.Errorf("spec.provider.type", "unknown provider %q", p.Type))
-	}
 	if d := spec.StateMachine.ParkFor; d != nil && (d.Duration < 0 || d.Duration > v1alpha1.MaxParkFor) {
 		errs = append(errs, expr.Errorf("spec.stateMachine.parkFor", "must be between 0s and %s (one year), got %s", v1alpha1.MaxParkFor, d.Duration))
-	}
-	if p.Tolerance != nil && p.Tolerance.Duration <= 0 {
-		errs = append(errs, expr.Errorf("spec.provider.tolerance", "must be positive, got %s", p.Tolerance.Duration))
-	}
-	switch {
-	case p.Type == v1alpha1.ProviderHMAC && p.HMAC == nil:
-		errs = append(errs, expr.Errorf("spec.provider.hmac", "is required when provider.type is HMAC"))
-	case p.Type != v1alpha1.ProviderHMAC && p.HMAC != nil:
-		errs = append(errs, expr.Errorf("spec.provider.hmac", "is only allowed when provider.type is HMAC"))
-	case p.HMAC != nil:
-		errs = append(errs, validateHMAC(p.HMAC)...)
-	}
-	if r := p.Refetch; r != nil && p.Type != v1alpha1.ProviderStripe {
-		errs = append(errs, expr.Errorf("spec.provider.refetch", "is supported for provider.type Stripe only"))
 	}
 	if r := p.Refetch; r != nil && r.BaseURL != "" {
 		if err := httpURL(r.BaseURL); err != nil {
@@ -342,57 +303,6 @@ func validateProvider(spec *v1alpha1.WebhookEndpointSpec) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func validateHMAC(h *v1alpha1.HMACSpec) []error {
-	var errs []error
-	const f = "spec.provider.hmac"
-	if !headerName.MatchString(h.Header) {
-		errs = append(errs, expr.Errorf(f+".header", "%q is not a valid header name", h.Header))
-	}
-	for _, hdr := range []struct{ field, v string }{{"timestampHeader", h.TimestampHeader}, {"idHeader", h.IDHeader}} {
-		if hdr.v != "" && !headerName.MatchString(hdr.v) {
-			errs = append(errs, expr.Errorf(f+"."+hdr.field, "%q is not a valid header name", hdr.v))
-		}
-	}
-	switch h.Algorithm {
-	case v1alpha1.HMACSHA1, v1alpha1.HMACSHA256, v1alpha1.HMACSHA512:
-	default:
-		errs = append(errs, expr.Errorf(f+".algorithm", "unknown algorithm %q (SHA1, SHA256 or SHA512)", h.Algorithm))
-	}
-	switch h.Encoding {
-	case v1alpha1.EncodingHex, v1alpha1.EncodingBase64:
-	default:
-		errs = append(errs, expr.Errorf(f+".encoding", "unknown encoding %q (Hex or Base64)", h.Encoding))
-	}
-	switch h.KeyEncoding {
-	case v1alpha1.KeyRaw, v1alpha1.KeyBase64, v1alpha1.KeyHex, v1alpha1.KeyWhsec:
-	default:
-		errs = append(errs, expr.Errorf(f+".keyEncoding", "unknown key encoding %q (Raw, Base64, Hex or Whsec)", h.KeyEncoding))
-	}
-	tmpl := h.SignedContent
-	if !strings.Contains(tmpl, "{body}") {
-		errs = append(errs, expr.Errorf(f+".signedContent", "template %q must contain {body}: a signature that does not cover the body authenticates nothing", tmpl))
-	}
-	for _, ph := range placeholder.FindAllString(tmpl, -1) {
-		switch ph {
-		case "{body}":
-		case "{timestamp}":
-			if h.TimestampHeader == "" {
-				errs = append(errs, expr.Errorf(f+".signedContent", "uses {timestamp} but hmac.timestampHeader is not set"))
-			}
-		case "{id}":
-			if h.IDHeader == "" {
-				errs = append(errs, expr.Errorf(f+".signedContent", "uses {id} but hmac.idHeader is not set"))
-			}
-		default:
-			errs = append(errs, expr.Errorf(f+".signedContent", "unknown placeholder %s (use {body}, {timestamp} or {id})", ph))
-		}
-	}
-	if strings.Count(tmpl, "{body}") > 1 {
-		errs = append(errs, expr.Errorf(f+".signedContent", "{body} may appear once"))
-	}
-	return errs
 }
 
 func validateDatabase(spec *v1alpha1.WebhookEndpointSpec) error {

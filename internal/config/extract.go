@@ -15,79 +15,14 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-// Preset holds a provider's default extraction expressions (see the package
-// documentation's table). An empty expression means the field is absent by default.
-type Preset struct {
-	ID, Type, EntityKey, Amount, OccurredAt string
-}
-
-// Presets are the provider defaults; spec.event overrides them field by field. They read
-// what the provider signs wherever the provider signs it (docs/providers.md, "What the
-// signature covers"): where the event id is not signed, the id is derived from the
-// signed body's digest (signed.digest), so a captured request replayed with new
-// headers is a duplicate, never a new event.
-var Presets = map[v1alpha1.ProviderType]Preset{
-	v1alpha1.ProviderStripe: {
-		ID:         `body.id`,
-		Type:       `body.type`,
-		EntityKey:  `body.data.object.id`,
-		Amount:     `body.data.object.amount`,
-		OccurredAt: `body.created`,
-	},
-	v1alpha1.ProviderAdyen: {
-		ID:         `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
-		Type:       `body.eventCode`,
-		EntityKey:  `body.merchantReference`,
-		Amount:     `body.amount.value`,
-		OccurredAt: `body.eventDate`,
-	},
-	v1alpha1.ProviderGitHub: {
-		// X-GitHub-Delivery and X-GitHub-Event are not signed. A redelivery resends the
-		// same body, so the body digest dedupes it; a captured body replayed under
-		// another X-GitHub-Event (or delivery id) is a duplicate too.
-		ID:   `signed.digest`,
-		Type: `headers["x-github-event"] + (has(body.action) ? "." + string(body.action) : "")`,
-		EntityKey: `has(body.pull_request) ? body.pull_request.html_url : ` +
-			`has(body.issue) ? body.issue.html_url : body.repository.full_name`,
-	},
-	v1alpha1.ProviderStandardWebhooks: {
-		// The id of the header set that verified (webhook-id or svix-id): the other
-		// set's id header is not signed.
-		ID:         `signed.id`,
-		Type:       `body.type`,
-		EntityKey:  `body.data.id`,
-		Amount:     `body.data.amount`,
-		OccurredAt: `body.timestamp`,
-	},
-	v1alpha1.ProviderShopify: {
-		// Shopify signs only the body. The topic is in no signed field, so it stays
-		// the type and is bound into the id: one body under two topics (orders/paid and
-		// orders/updated render the same order) is two events, and replaying a body
-		// with a new X-Shopify-Webhook-Id or X-Shopify-Triggered-At is a duplicate.
-		ID:         `headers["x-shopify-topic"] + ":" + signed.digest`,
-		Type:       `headers["x-shopify-topic"]`,
-		EntityKey:  `body.id`,
-		OccurredAt: `has(body.updated_at) ? body.updated_at : body.created_at`,
-	},
-	v1alpha1.ProviderSlack: {
-		ID:         `body.event_id`,
-		Type:       `body.event.type`,
-		EntityKey:  `body.event.channel`,
-		OccurredAt: `body.event_time`,
-	},
-	v1alpha1.ProviderHMAC: {
-		ID:   `body.id`,
-		Type: `body.type`,
-	},
-}
 
 // Extractor reads events out of verified requests with CEL programs compiled once. It
 // is immutable and safe for concurrent use.
 type Extractor struct {
-	provider v1alpha1.ProviderType
+	provider *provider.Provider
 	// tolerance bounds how far in the future an occurredAt may lie (the provider's
 	// signature tolerance): a later one is discarded.
 	tolerance  time.Duration
@@ -113,7 +48,7 @@ func NewExtractorEnv() (*cel.Env, error) {
 
 // NewExtractor compiles the provider preset merged with spec.event.
 func NewExtractor(spec v1alpha1.WebhookEndpointSpec) (*Extractor, error) {
-	preset, ok := Presets[spec.Provider.Type]
+	p, ok := provider.Lookup(spec.Provider.Type)
 	if !ok {
 		return nil, expr.Errorf("spec.provider.type", "unknown provider %q", spec.Provider.Type)
 	}
@@ -121,13 +56,14 @@ func NewExtractor(spec v1alpha1.WebhookEndpointSpec) (*Extractor, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Extractor{provider: spec.Provider.Type, tolerance: v1alpha1.DefaultTolerance}
-	if spec.Provider.Tolerance != nil && spec.Provider.Tolerance.Duration > 0 {
-		x.tolerance = spec.Provider.Tolerance.Duration
-	}
-	if spec.Provider.HMAC != nil {
+	x := &Extractor{provider: p, tolerance: provider.Tolerance(spec.Provider)}
+	switch {
+	case spec.Provider.HMAC != nil:
 		x.dropHeader = strings.ToLower(spec.Provider.HMAC.Header)
+	case spec.Provider.Ed25519 != nil:
+		x.dropHeader = strings.ToLower(spec.Provider.Ed25519.Header)
 	}
+	preset := p.Preset
 	pick := func(override, def string) string {
 		if strings.TrimSpace(override) != "" {
 			return override
@@ -207,18 +143,18 @@ func (x *Extractor) Extract(v *signature.Verified, header http.Header) ([]event.
 		}
 	}
 	signed := v.Signed()
-	if x.provider != v1alpha1.ProviderAdyen && len(docs) != 1 {
+	if !x.provider.Batch && len(docs) != 1 {
 		return nil, fmt.Errorf("%w: expected one document, the verifier returned %d", ErrBadPayload, len(docs))
 	}
 	if len(docs) == 0 {
-		return nil, fmt.Errorf("%w: the Adyen notification has no notificationItems", ErrBadPayload)
+		return nil, fmt.Errorf("%w: the request carries no event", ErrBadPayload)
 	}
 	evs := make([]event.Event, 0, len(docs))
 	for i, doc := range docs {
 		ev, err := x.extractOne(doc, headers, signed, v.Now())
 		if err != nil {
-			if x.provider == v1alpha1.ProviderAdyen {
-				return nil, fmt.Errorf("%w: notificationItems[%d]: %w", ErrBadPayload, i, err)
+			if x.provider.Batch {
+				return nil, fmt.Errorf("%w: event %d of the batch: %w", ErrBadPayload, i, err)
 			}
 			return nil, fmt.Errorf("%w: %w", ErrBadPayload, err)
 		}
@@ -411,12 +347,4 @@ func sensitiveHeader(n string) bool {
 		}
 	}
 	return false
-}
-
-// AckBody is the response body a provider expects for an accepted delivery.
-func AckBody(provider v1alpha1.ProviderType) (contentType string, body []byte) {
-	if provider == v1alpha1.ProviderAdyen {
-		return "text/plain; charset=utf-8", []byte("[accepted]")
-	}
-	return "application/json", []byte(`{"received":true}`)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/event"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
@@ -30,11 +31,11 @@ func extractorFor(t testing.TB, provider v1alpha1.ProviderType, ev v1alpha1.Even
 	return x
 }
 
-func verifierFor(t testing.TB, provider v1alpha1.ProviderType) signature.Verifier {
+func verifierFor(t testing.TB, typ v1alpha1.ProviderType) signature.Verifier {
 	t.Helper()
-	v, err := signature.New(sigtest.Spec(provider), []signature.Secret{{Value: sigtest.Secret(provider)}})
+	v, err := provider.NewVerifier(sigtest.Spec(typ), []signature.Secret{{Value: sigtest.Secret(typ)}})
 	if err != nil {
-		t.Fatalf("signature.New(%s): %v", provider, err)
+		t.Fatalf("provider.NewVerifier(%s): %v", typ, err)
 	}
 	return v
 }

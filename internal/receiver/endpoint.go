@@ -1,17 +1,22 @@
 package receiver
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/go-logr/logr"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 )
 
 // HandlerFor builds the webhook handler of a compiled endpoint: its path, body cap,
-// verifier, extractor and the provider's acknowledgement.
+// verifier, extractor, and its provider's acknowledgement and handshake.
 func HandlerFor(ep *config.Endpoint, rec Recorder, log logr.Logger) (http.Handler, error) {
+	p, ok := provider.Lookup(ep.Spec.Provider.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q", ep.Spec.Provider.Type)
+	}
 	return NewHandler(HandlerOptions{
 		Endpoint:     ep.Key(),
 		Path:         ep.Spec.Receiver.Path,
@@ -19,21 +24,8 @@ func HandlerFor(ep *config.Endpoint, rec Recorder, log logr.Logger) (http.Handle
 		Verifier:     ep.Verifier,
 		Extractor:    ep.Extractor,
 		Recorder:     rec,
-		Ack:          AckFor(ep.Spec.Provider.Type),
-		Handshake: func(body []byte) (string, []byte, bool) {
-			return config.Handshake(ep.Spec.Provider.Type, body)
-		},
-		Logger: log,
+		Ack:          Ack{ContentType: p.Ack.ContentType, Body: p.Ack.Body},
+		Handshake:    p.Handshake,
+		Logger:       log,
 	})
-}
-
-// AckFor is the acknowledgement a provider expects. Adyen requires the literal
-// "[accepted]"; the others take any 2xx, and get a small JSON that says whether the
-// delivery was a duplicate.
-func AckFor(provider v1alpha1.ProviderType) Ack {
-	if provider == v1alpha1.ProviderAdyen {
-		contentType, body := config.AckBody(provider)
-		return Ack{ContentType: contentType, Body: body}
-	}
-	return Ack{}
 }

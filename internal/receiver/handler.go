@@ -17,6 +17,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -72,8 +73,8 @@ type HandlerOptions struct {
 	Recorder     Recorder
 	Ack          Ack
 	// Handshake answers a verified endpoint-verification request (ok true) instead of
-	// treating it as a delivery; config.Handshake is one. Nil means none.
-	Handshake func(body []byte) (contentType string, response []byte, ok bool)
+	// treating it as a delivery: the provider's (internal/provider). Nil means none.
+	Handshake func(verified *signature.Verified, header http.Header) (provider.Response, bool)
 	// TransactionTimeout bounds the database work; DefaultTransactionTimeout when zero.
 	TransactionTimeout time.Duration
 	// Clock is the request time given to the verifier; time.Now when nil.
@@ -165,7 +166,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// 2. Verify before trusting anything in the body. The error's detail names what
 	// was wrong, never a header value or a digest.
 	// Open returns the documents it verified, parsed once; extraction reads only those.
-	verified, err := h.opts.Verifier.Open(signature.Request{Header: r.Header, Body: body, Now: h.opts.Clock()})
+	verified, err := h.opts.Verifier.Open(signature.Request{Header: r.Header, Body: body, Method: r.Method, Now: h.opts.Clock()})
 	if err != nil {
 		reason := string(signature.ReasonOf(err))
 		if reason == "" {
@@ -177,12 +178,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// A verified endpoint-verification request (Slack's url_verification) is answered,
-	// not recorded: it carries no event.
+	// A verified endpoint-verification request (Slack's url_verification, Zoom's
+	// endpoint.url_validation, ...) is answered, not recorded: it carries no event.
 	if h.opts.Handshake != nil {
-		if contentType, response, ok := h.opts.Handshake(body); ok {
+		if response, ok := h.opts.Handshake(verified, r.Header); ok {
 			log.Info("answered the provider's endpoint verification")
-			h.respond(w, http.StatusOK, outcomeHandshake, contentType, response)
+			h.respond(w, response.Status, outcomeHandshake, response.ContentType, response.Body)
 			return
 		}
 	}
@@ -357,7 +358,9 @@ func (h *handler) reject(w http.ResponseWriter, code int, msg string) {
 
 func (h *handler) respond(w http.ResponseWriter, code int, outcome, contentType string, body []byte) {
 	metrics.Requests.WithLabelValues(h.opts.Endpoint, strconv.Itoa(code), outcome).Inc()
-	w.Header().Set("Content-Type", contentType)
+	if contentType != "" {
+		w.Header().Set("Content-Type", contentType)
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)

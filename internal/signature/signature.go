@@ -1,6 +1,9 @@
-// Package signature verifies webhook signatures over the raw request body, for every
-// provider a WebhookEndpoint can name. It does no I/O and keeps no clock: the caller
-// passes the request time, so expiry and replay windows are testable and deterministic.
+// Package signature is the shared core of webhook signature verification: keys
+// (HMAC secrets and Ed25519 public keys) decoded once, constant-time matching, header
+// and timestamp parsing, and the generic Scheme that most providers are values of.
+// Which provider uses which scheme lives in internal/provider, one file per provider.
+// It does no I/O and keeps no clock: the caller passes the request time, so expiry and
+// replay windows are testable and deterministic.
 //
 // Every verifier fails closed. A request verifies only when an active (unexpired) secret
 // produces a MAC equal, in constant time, to one of the signatures the request carries;
@@ -9,13 +12,10 @@
 package signature
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
 // Secret is one signing secret of an endpoint.
@@ -32,6 +32,8 @@ type Secret struct {
 type Request struct {
 	Header http.Header
 	Body   []byte
+	// Method is the request method, for schemes that sign it ({method}).
+	Method string
 	// Now decides which secrets are active and whether a signed timestamp is fresh. A
 	// zero Now verifies nothing, so a caller that forgets the clock cannot fail open.
 	Now time.Time
@@ -96,60 +98,12 @@ func ReasonOf(err error) Reason {
 	return ""
 }
 
-func fail(reason Reason, format string, args ...any) *Error {
+// Fail returns an *Error; Detail must never hold secret material, digests or header
+// values.
+func Fail(reason Reason, format string, args ...any) *Error {
 	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// ErrNoSecrets is returned by New when it is given no secrets at all: a verifier without
+// ErrNoSecrets is returned when a verifier is built without secrets: a verifier without
 // a secret could only ever reject, which is a configuration error worth surfacing early.
 var ErrNoSecrets = errors.New("no signing secrets configured")
-
-// New builds the verifier for a provider spec with its secrets. It decodes every key once
-// and returns an error naming the secret's index (never its value) when a key is empty or
-// cannot be decoded, and an error describing the problem when the spec is unusable.
-func New(spec v1alpha1.ProviderSpec, secrets []Secret) (Verifier, error) {
-	if spec.HMAC != nil && spec.Type != v1alpha1.ProviderHMAC {
-		return nil, fmt.Errorf("provider.hmac is set but provider.type is %q; it is only allowed with type HMAC", spec.Type)
-	}
-	tolerance := v1alpha1.DefaultTolerance
-	if spec.Tolerance != nil {
-		tolerance = spec.Tolerance.Duration
-		if tolerance <= 0 {
-			return nil, fmt.Errorf("provider.tolerance must be positive, got %s", tolerance)
-		}
-	}
-
-	switch spec.Type {
-	case v1alpha1.ProviderStripe:
-		core, err := newCore(sha256.New, v1alpha1.KeyRaw, secrets)
-		if err != nil {
-			return nil, err
-		}
-		return &stripeVerifier{core: core, tolerance: tolerance}, nil
-	case v1alpha1.ProviderAdyen:
-		core, err := newCore(sha256.New, v1alpha1.KeyHex, secrets)
-		if err != nil {
-			return nil, err
-		}
-		return &adyenVerifier{core: core}, nil
-	case v1alpha1.ProviderGitHub:
-		return newListVerifier(githubScheme(), tolerance, secrets)
-	case v1alpha1.ProviderShopify:
-		return newListVerifier(shopifyScheme(), tolerance, secrets)
-	case v1alpha1.ProviderSlack:
-		return newListVerifier(slackScheme(), tolerance, secrets)
-	case v1alpha1.ProviderStandardWebhooks:
-		return newListVerifier(standardWebhooksScheme(), tolerance, secrets)
-	case v1alpha1.ProviderHMAC:
-		if spec.HMAC == nil {
-			return nil, errors.New("provider.type HMAC needs provider.hmac")
-		}
-		scheme, err := schemeFromHMACSpec(*spec.HMAC)
-		if err != nil {
-			return nil, fmt.Errorf("provider.hmac: %w", err)
-		}
-		return newListVerifier(scheme, tolerance, secrets)
-	default:
-		return nil, fmt.Errorf("unknown provider.type %q", spec.Type)
-	}
-}

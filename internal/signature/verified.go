@@ -31,6 +31,37 @@ type Verified struct {
 	// signed holds values the signature covers besides the documents, for CEL's
 	// `signed` map: digest, and id and timestamp where the scheme signs them.
 	signed map[string]string
+	// keys and key are the keyring and the key that verified, for a handshake that
+	// answers with a MAC of its own (Zoom); see MAC.
+	keys *Keyring
+	key  Key
+}
+
+// NewVerified returns the Verified of a request whose signature a provider's own code
+// checked: the signed documents, one per event, and the signed values.
+func NewVerified(now time.Time, docs []json.RawMessage, signed map[string]string) *Verified {
+	if signed == nil {
+		signed = map[string]string{}
+	}
+	return &Verified{now: now, docs: docs, signed: signed}
+}
+
+// Unreadable returns the Verified of a request whose signature checked but whose body
+// holds no document: Documents returns err (a 400, not a 401).
+func Unreadable(now time.Time, err error, signed map[string]string) *Verified {
+	v := NewVerified(now, nil, signed)
+	v.docErr = err
+	return v
+}
+
+// MAC returns the HMAC of msg under the key that verified the request, for a handshake
+// that proves knowledge of the secret (Zoom's encryptedToken). ok is false when the
+// request was not verified with an HMAC key.
+func (v *Verified) MAC(msg []byte) (mac []byte, ok bool) {
+	if v == nil || v.keys == nil || v.keys.newHash == nil || v.key.material == nil {
+		return nil, false
+	}
+	return v.keys.mac(v.key.material, msg), true
 }
 
 // Signed-value keys of Verified.Signed.
@@ -82,19 +113,19 @@ func (v *Verified) Signed() map[string]string {
 	return out
 }
 
-// bodyDigest is the SignedDigest value of a body.
-func bodyDigest(body []byte) string {
+// BodyDigest is the SignedDigest value of a body.
+func BodyDigest(body []byte) string {
 	sum := sha256.Sum256(body)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// wholeBody returns the Verified of a request whose signature covers the whole body:
+// WholeBody returns the Verified of a request whose signature covers the whole body:
 // its one document is read from the body bytes alone (see Document).
-func wholeBody(req Request, signed map[string]string) *Verified {
+func WholeBody(req Request, signed map[string]string) *Verified {
 	if signed == nil {
 		signed = map[string]string{}
 	}
-	signed[SignedDigest] = bodyDigest(req.Body)
+	signed[SignedDigest] = BodyDigest(req.Body)
 	v := &Verified{now: req.Now, signed: signed}
 	doc, err := Document(req.Body)
 	if err != nil {

@@ -167,6 +167,21 @@ func TestSamplesAreAccepted(t *testing.T) {
 	samples := decode(t, tool(t, "kustomize", "build", "config/samples"))
 	dryRunApply(t, c, samples, "shop")
 	dryRunApply(t, c, decode(t, tool(t, "kustomize", "build", "config/samples/gateway")), "shop")
+	// One file per provider in config/samples/providers, each applied on its own
+	// (kubectl apply -f FILE), so adding a provider adds a file and lists it nowhere.
+	providerSamples, err := filepath.Glob(filepath.Join(testsupport.RepoRoot(t), "config", "samples", "providers", "*.yaml"))
+	if err != nil || len(providerSamples) == 0 {
+		t.Fatalf("config/samples/providers: %v (%d files)", err, len(providerSamples))
+	}
+	for _, path := range providerSamples {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := decode(t, data)
+		dryRunApply(t, c, objs, "shop")
+		samples = append(samples, objs...)
+	}
 
 	endpoints := 0
 	for _, o := range samples {
@@ -182,7 +197,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 			t.Errorf("sample %s is not a valid configuration: %v", o.GetName(), err)
 		}
 	}
-	if endpoints < 8 {
+	if endpoints < 8+len(providerSamples) {
 		t.Errorf("config/samples has %d WebhookEndpoints; want one per provider plus the orders example", endpoints)
 	}
 }

@@ -45,7 +45,7 @@ var Providers = []v1alpha1.ProviderType{
 func Spec(provider v1alpha1.ProviderType) v1alpha1.ProviderSpec {
 	spec := v1alpha1.ProviderSpec{Type: provider}
 	if provider == v1alpha1.ProviderHMAC {
-		spec.HMAC = &v1alpha1.HMACSpec{Header: HMACHeader, Prefix: HMACPrefix}
+		spec.HMAC = &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: HMACHeader, Prefix: HMACPrefix}}
 	}
 	return spec
 }

@@ -1,14 +1,18 @@
-package signature
+package provider
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
+	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // HeaderAdyenHmacSignature is the header of Adyen's newer webhooks (e.g. balance platform
@@ -21,7 +25,35 @@ const HeaderAdyenHmacSignature = "HmacSignature"
 // pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success;
 // every item must verify, so one forged item cannot ride along with authentic ones.
 type adyenVerifier struct {
-	core *hmacCore
+	keys *signature.Keyring
+}
+
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderAdyen,
+		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, _ time.Duration) (signature.Verifier, error) {
+			keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyHex, secrets)
+			if err != nil {
+				return nil, err
+			}
+			return &adyenVerifier{keys: keys}, nil
+		},
+		Preset: Preset{
+			ID:         `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
+			Type:       `body.eventCode`,
+			EntityKey:  `body.merchantReference`,
+			Amount:     `body.amount.value`,
+			OccurredAt: `body.eventDate`,
+		},
+		Batch: true,
+		Ack:   Response{Status: http.StatusOK, ContentType: "text/plain; charset=utf-8", Body: []byte("[accepted]")},
+		Doc: Doc{
+			Scheme: "HMAC-SHA256 base64 per notification item (`additionalData.hmacSignature`), or of the body in `HmacSignature`",
+			Signed: "per item: `pspReference`, `originalReference`, `merchantAccountCode`, `merchantReference`, `amount.value`, `amount.currency`, `eventCode`, `success` (or the whole body with `HmacSignature`)",
+			Key:    "the HMAC key from the Customer Area (hex)",
+			Source: "[Adyen](#adyen)",
+		},
+	})
 }
 
 // adyenItem is one notification item reduced to what its signature covers.
@@ -242,7 +274,7 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 	return it, nil
 }
 
-func (v *adyenVerifier) Verify(req Request) error {
+func (v *adyenVerifier) Verify(req signature.Request) error {
 	_, err := v.Open(req)
 	return err
 }
@@ -251,51 +283,49 @@ func (v *adyenVerifier) Verify(req Request) error {
 // the items of the signed body; without it, exactly the items whose own signatures were
 // checked, as they appear in the body. The body is parsed once, here, as JSON whatever
 // the Content-Type says.
-func (v *adyenVerifier) Open(req Request) (*Verified, error) {
-	keys, ferr := v.core.active(req.Now)
+func (v *adyenVerifier) Open(req signature.Request) (*signature.Verified, error) {
+	keys, ferr := v.keys.Active(req.Now)
 	if ferr != nil {
 		return nil, ferr
 	}
-	size := v.core.macSize()
-	if present(req.Header, HeaderAdyenHmacSignature) || len(req.Header.Values(HeaderAdyenHmacSignature)) > 1 {
-		value, ferr := singleHeader(req.Header, HeaderAdyenHmacSignature)
+	size := v.keys.SignatureSize()
+	if signature.Present(req.Header, HeaderAdyenHmacSignature) || len(req.Header.Values(HeaderAdyenHmacSignature)) > 1 {
+		value, ferr := signature.SingleHeader(req.Header, HeaderAdyenHmacSignature)
 		if ferr != nil {
 			return nil, ferr
 		}
-		sig, ok := decodeSignature(v1alpha1.EncodingBase64, value, size)
+		sig, ok := signature.DecodeSignature(v1alpha1.EncodingBase64, value, size)
 		if !ok {
-			return nil, fail(ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
+			return nil, signature.Fail(signature.ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
 		}
-		if !v.core.match(keys, [][]byte{sig}, req.Body) {
-			return nil, fail(ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)
+		if _, ok := v.keys.Match(keys, [][]byte{sig}, req.Body); !ok {
+			return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)
 		}
-		verified := &Verified{now: req.Now, signed: map[string]string{SignedDigest: bodyDigest(req.Body)}}
+		signed := map[string]string{signature.SignedDigest: signature.BodyDigest(req.Body)}
 		items, err := parseAdyenBody(req.Body)
 		if err != nil {
-			verified.docErr = fmt.Errorf("not an Adyen notification: %w", err)
-			return verified, nil
+			return signature.Unreadable(req.Now, fmt.Errorf("not an Adyen notification: %w", err), signed), nil
 		}
-		verified.docs = itemDocuments(items)
-		return verified, nil
+		return signature.NewVerified(req.Now, itemDocuments(items), signed), nil
 	}
 	items, err := parseAdyenBody(req.Body)
 	if err != nil {
-		return nil, fail(ReasonMalformedHeader, "not an Adyen notification: %v", err)
+		return nil, signature.Fail(signature.ReasonMalformedHeader, "not an Adyen notification: %v", err)
 	}
 	for i, it := range items {
 		if it.signature == "" {
-			return nil, fail(ReasonMissingHeader, "notification item %d has no additionalData.hmacSignature", i)
+			return nil, signature.Fail(signature.ReasonMissingHeader, "notification item %d has no additionalData.hmacSignature", i)
 		}
-		sig, ok := decodeSignature(v1alpha1.EncodingBase64, it.signature, size)
+		sig, ok := signature.DecodeSignature(v1alpha1.EncodingBase64, it.signature, size)
 		if !ok {
-			return nil, fail(ReasonMalformedHeader, "notification item %d: additionalData.hmacSignature is not a base64 HMAC-SHA256", i)
+			return nil, signature.Fail(signature.ReasonMalformedHeader, "notification item %d: additionalData.hmacSignature is not a base64 HMAC-SHA256", i)
 		}
-		if !v.core.match(keys, [][]byte{sig}, it.signedParts()...) {
-			return nil, fail(ReasonMismatch, "notification item %d: no active secret produces its hmacSignature", i)
+		if _, ok := v.keys.Match(keys, [][]byte{sig}, it.signedParts()...); !ok {
+			return nil, signature.Fail(signature.ReasonMismatch, "notification item %d: no active secret produces its hmacSignature", i)
 		}
 	}
 	// No digest: the item signatures cover eight fields, not the body.
-	return &Verified{now: req.Now, docs: itemDocuments(items), signed: map[string]string{}}, nil
+	return signature.NewVerified(req.Now, itemDocuments(items), nil), nil
 }
 
 func itemDocuments(items []adyenItem) []json.RawMessage {

@@ -1,4 +1,4 @@
-package signature
+package provider
 
 import (
 	"crypto/hmac"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 const (
@@ -73,17 +74,17 @@ var (
 	adyenCapture = adyenTestItem{"8815000000000002", "8815000000000001", "ShopECOM", "order-1", 1130, "EUR", "CAPTURE", "true"}
 )
 
-func adyenVerifierWith(t *testing.T, keys ...string) Verifier {
+func adyenVerifierWith(t *testing.T, keys ...string) signature.Verifier {
 	t.Helper()
-	secrets := make([]Secret, len(keys))
+	secrets := make([]signature.Secret, len(keys))
 	for i, k := range keys {
-		secrets[i] = Secret{Value: k}
+		secrets[i] = signature.Secret{Value: k}
 	}
 	return mustNew(t, v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secrets...)
 }
 
-func adyenRequest(body []byte) Request {
-	return Request{Header: http.Header{}, Body: body, Now: time.Unix(1700000000, 0)}
+func adyenRequest(body []byte) signature.Request {
+	return signature.Request{Header: http.Header{}, Body: body, Now: time.Unix(1700000000, 0)}
 }
 
 func TestAdyenBatch(t *testing.T) {
@@ -91,32 +92,32 @@ func TestAdyenBatch(t *testing.T) {
 	cases := []struct {
 		name string
 		body []byte
-		want Reason
+		want signature.Reason
 	}{
 		{"two signed items", adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA)), adyenCapture.json(adyenCapture.sign(t, adyenKeyA))), ""},
 		{"a forged item after an authentic one", adyenBatch(t,
 			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
-			adyenCapture.json(adyenCapture.sign(t, adyenKeyB))), ReasonMismatch},
+			adyenCapture.json(adyenCapture.sign(t, adyenKeyB))), signature.ReasonMismatch},
 		{"an authentic item's signature copied onto another item", adyenBatch(t,
 			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
-			adyenCapture.json(adyenAuth.sign(t, adyenKeyA))), ReasonMismatch},
+			adyenCapture.json(adyenAuth.sign(t, adyenKeyA))), signature.ReasonMismatch},
 		{"an unsigned item after an authentic one", adyenBatch(t,
 			adyenAuth.json(adyenAuth.sign(t, adyenKeyA)),
-			adyenCapture.json("")), ReasonMissingHeader},
-		{"an item with a non-base64 signature", adyenBatch(t, adyenAuth.json("not base64!")), ReasonMalformedHeader},
-		{"an item with a short signature", adyenBatch(t, adyenAuth.json("AAAA")), ReasonMalformedHeader},
-		{"empty batch", adyenBatch(t), ReasonMalformedHeader},
-		{"no notificationItems", []byte(`{"live":"false"}`), ReasonMalformedHeader},
-		{"notificationItems not an array", []byte(`{"live":"false","notificationItems":{}}`), ReasonMalformedHeader},
-		{"item without NotificationRequestItem", []byte(`{"notificationItems":[{}]}`), ReasonMalformedHeader},
-		{"not JSON", []byte(`[accepted]`), ReasonMalformedHeader},
-		{"empty body", nil, ReasonMalformedHeader},
-		{"trailing data", append(adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA))), []byte(`{}`)...), ReasonMalformedHeader},
+			adyenCapture.json("")), signature.ReasonMissingHeader},
+		{"an item with a non-base64 signature", adyenBatch(t, adyenAuth.json("not base64!")), signature.ReasonMalformedHeader},
+		{"an item with a short signature", adyenBatch(t, adyenAuth.json("AAAA")), signature.ReasonMalformedHeader},
+		{"empty batch", adyenBatch(t), signature.ReasonMalformedHeader},
+		{"no notificationItems", []byte(`{"live":"false"}`), signature.ReasonMalformedHeader},
+		{"notificationItems not an array", []byte(`{"live":"false","notificationItems":{}}`), signature.ReasonMalformedHeader},
+		{"item without NotificationRequestItem", []byte(`{"notificationItems":[{}]}`), signature.ReasonMalformedHeader},
+		{"not JSON", []byte(`[accepted]`), signature.ReasonMalformedHeader},
+		{"empty body", nil, signature.ReasonMalformedHeader},
+		{"trailing data", append(adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, adyenKeyA))), []byte(`{}`)...), signature.ReasonMalformedHeader},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := verifier.Verify(adyenRequest(tc.body))
-			if got := ReasonOf(err); got != tc.want {
+			if got := signature.ReasonOf(err); got != tc.want {
 				t.Fatalf("want %q, got %q (%v)", tc.want, got, err)
 			}
 		})
@@ -131,8 +132,8 @@ func TestAdyenBatchItemsMayUseEitherActiveKey(t *testing.T) {
 		t.Fatalf("mixed-key batch with both keys active: %v", err)
 	}
 	expired := mustNew(t, v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen},
-		Secret{Value: adyenKeyB}, Secret{Value: adyenKeyA, ExpiresAt: time.Unix(1600000000, 0)})
-	if got := ReasonOf(expired.Verify(adyenRequest(body))); got != ReasonMismatch {
+		signature.Secret{Value: adyenKeyB}, signature.Secret{Value: adyenKeyA, ExpiresAt: time.Unix(1600000000, 0)})
+	if got := signature.ReasonOf(expired.Verify(adyenRequest(body))); got != signature.ReasonMismatch {
 		t.Fatalf("an item signed with an expired key verified (%q)", got)
 	}
 }
@@ -159,7 +160,7 @@ func TestAdyenSignedFieldsAreBoundToValues(t *testing.T) {
 			}
 			mutate(clone)
 			body := adyenBatch(t, map[string]any{"NotificationRequestItem": clone})
-			if got := ReasonOf(verifier.Verify(adyenRequest(body))); got != ReasonMismatch {
+			if got := signature.ReasonOf(verifier.Verify(adyenRequest(body))); got != signature.ReasonMismatch {
 				t.Fatalf("changing %s: want mismatch, got %q", name, got)
 			}
 		})
@@ -200,7 +201,7 @@ func TestAdyenRefusesAmbiguousJSON(t *testing.T) {
 		"non-string psp ref":        []byte(strings.Replace(string(item("")), `"pspReference":"8815000000000001"`, `"pspReference":8815000000000001`, 1)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := ReasonOf(verifier.Verify(adyenRequest(body))); got != ReasonMalformedHeader {
+			if got := signature.ReasonOf(verifier.Verify(adyenRequest(body))); got != signature.ReasonMalformedHeader {
 				t.Fatalf("want malformed_header, got %q", got)
 			}
 		})
@@ -221,7 +222,7 @@ func TestAdyenRefusesAmbiguousJSON(t *testing.T) {
 
 func TestAdyenHmacSignatureHeaderTakesPrecedence(t *testing.T) {
 	v := vectorNamed(t, "adyen-hmacsignature-header")
-	verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 
 	// A batch body whose items are unsigned verifies through the header alone ...
 	body := adyenBatch(t, adyenAuth.json(""))
@@ -237,11 +238,27 @@ func TestAdyenHmacSignatureHeaderTakesPrecedence(t *testing.T) {
 	signedItems := adyenBatch(t, adyenAuth.json(adyenAuth.sign(t, v.Secret)))
 	req = adyenRequest(signedItems)
 	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(make([]byte, 32)))
-	if got := ReasonOf(verifier.Verify(req)); got != ReasonMismatch {
+	if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMismatch {
 		t.Fatalf("want mismatch from the header, got %q", got)
 	}
 	req.Header.Set(HeaderAdyenHmacSignature, "@@@")
-	if got := ReasonOf(verifier.Verify(req)); got != ReasonMalformedHeader {
+	if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMalformedHeader {
 		t.Fatalf("want malformed_header, got %q", got)
+	}
+}
+
+func init() {
+	// The round trip signs the whole body with the HmacSignature header; the item form
+	// is covered by the tests above.
+	customSigners[v1alpha1.ProviderAdyen] = func(t testing.TB, body []byte, now time.Time) signed {
+		key, err := hex.DecodeString(adyenKeyA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write(body)
+		req := signature.Request{Header: http.Header{}, Body: body, Method: http.MethodPost, Now: now}
+		req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(m.Sum(nil)))
+		return signed{spec: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secret: adyenKeyA, req: req}
 	}
 }

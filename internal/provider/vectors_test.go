@@ -1,10 +1,11 @@
-package signature
+package provider
 
 import (
 	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,46 +14,65 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
-// vector is one entry of testdata/vectors.json; see testdata/README.md for the sources.
+// vector is one signed request of testdata/vectors.json or testdata/providers/*.json;
+// testdata/README.md quotes the source of each.
 type vector struct {
-	Name            string             `json:"name"`
-	Provider        string             `json:"provider"`
-	Published       bool               `json:"published"`
-	Source          string             `json:"source"`
-	HMAC            *v1alpha1.HMACSpec `json:"hmac"`
-	Secret          string             `json:"secret"`
-	PreviousSecret  string             `json:"previousSecret"`
-	Body            string             `json:"body"`
-	Headers         map[string]string  `json:"headers"`
-	SignatureHeader string             `json:"signatureHeader"`
-	TimestampHeader string             `json:"timestampHeader"`
-	IDHeader        string             `json:"idHeader"`
-	Now             int64              `json:"now"`
+	Name      string                `json:"name"`
+	Provider  string                `json:"provider"`
+	Published bool                  `json:"published"`
+	Source    string                `json:"source"`
+	HMAC      *v1alpha1.HMACSpec    `json:"hmac"`
+	Ed25519   *v1alpha1.Ed25519Spec `json:"ed25519"`
+	SignedURL string                `json:"signedURL"`
+	Method    string                `json:"method"`
+	// WrongSecret is a secret of the provider's key form that is not the vector's;
+	// computed from the key encoding when empty.
+	WrongSecret     string            `json:"wrongSecret"`
+	Secret          string            `json:"secret"`
+	PreviousSecret  string            `json:"previousSecret"`
+	Body            string            `json:"body"`
+	Headers         map[string]string `json:"headers"`
+	SignatureHeader string            `json:"signatureHeader"`
+	TimestampHeader string            `json:"timestampHeader"`
+	IDHeader        string            `json:"idHeader"`
+	Now             int64             `json:"now"`
 }
 
 func loadVectors(t testing.TB) []vector {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/vectors.json")
+	files, err := filepath.Glob("testdata/providers/*.json")
 	if err != nil {
-		t.Fatalf("read vectors: %v", err)
+		t.Fatal(err)
 	}
-	var file struct {
-		Vectors []vector `json:"vectors"`
-	}
-	if err := json.Unmarshal(raw, &file); err != nil {
-		t.Fatalf("parse vectors: %v", err)
-	}
-	if len(file.Vectors) == 0 {
-		t.Fatal("no vectors")
-	}
-	for _, v := range file.Vectors {
-		if v.Source == "" {
-			t.Fatalf("vector %s has no source", v.Name)
+	var all []vector
+	for _, path := range append([]string{"testdata/vectors.json"}, files...) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("read vectors: %v", err)
 		}
+		var file struct {
+			Vectors []vector `json:"vectors"`
+		}
+		if err := json.Unmarshal(raw, &file); err != nil {
+			t.Fatalf("parse %s: %v", path, err)
+		}
+		if len(file.Vectors) == 0 {
+			t.Fatalf("%s: no vectors", path)
+		}
+		for _, v := range file.Vectors {
+			if v.Source == "" || v.Name == "" {
+				t.Fatalf("%s: vector %q has no name or source", path, v.Name)
+			}
+			if _, ok := Lookup(v1alpha1.ProviderType(v.Provider)); !ok {
+				t.Fatalf("%s: vector %s names unknown provider %q", path, v.Name, v.Provider)
+			}
+		}
+		all = append(all, file.Vectors...)
 	}
-	return file.Vectors
+	return all
 }
 
 func vectorNamed(t testing.TB, name string) vector {
@@ -67,17 +87,38 @@ func vectorNamed(t testing.TB, name string) vector {
 }
 
 func (v vector) spec() v1alpha1.ProviderSpec {
-	return v1alpha1.ProviderSpec{Type: v1alpha1.ProviderType(v.Provider), HMAC: v.HMAC}
+	return v1alpha1.ProviderSpec{Type: v1alpha1.ProviderType(v.Provider), HMAC: v.HMAC, Ed25519: v.Ed25519, SignedURL: v.SignedURL}
+}
+
+// scheme is the vector's signature scheme: the provider's fixed one, or the one its
+// generic spec describes (mustNew reports a spec's problems); nil for a provider with
+// its own verifier code.
+func (v vector) scheme() *signature.Scheme {
+	spec := v.spec()
+	switch {
+	case spec.HMAC != nil:
+		s, _ := hmacScheme(spec)
+		return &s
+	case spec.Ed25519 != nil:
+		s, _ := schemeFromSpec("spec.provider.ed25519", spec.Ed25519.SchemeSpec, spec.SignedURL)
+		return &s
+	}
+	p, _ := Lookup(spec.Type)
+	return p.Scheme
 }
 
 func (v vector) now() time.Time { return time.Unix(v.Now, 0) }
 
-func (v vector) request() Request {
+func (v vector) request() signature.Request {
 	h := http.Header{}
 	for name, value := range v.Headers {
 		h.Set(name, value)
 	}
-	return Request{Header: h, Body: []byte(v.Body), Now: v.now()}
+	method := v.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	return signature.Request{Header: h, Body: []byte(v.Body), Method: method, Now: v.now()}
 }
 
 // isAdyenItemForm reports whether the vector's signatures live in the body.
@@ -89,6 +130,8 @@ func (v vector) isAdyenItemForm() bool {
 // not the vector's.
 func (v vector) wrongSecret() string {
 	switch {
+	case v.WrongSecret != "":
+		return v.WrongSecret
 	case v.Provider == string(v1alpha1.ProviderAdyen):
 		return "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"
 	case v.Provider == string(v1alpha1.ProviderStandardWebhooks):
@@ -102,18 +145,18 @@ func (v vector) wrongSecret() string {
 	}
 }
 
-func mustNew(t *testing.T, spec v1alpha1.ProviderSpec, secrets ...Secret) Verifier {
+func mustNew(t *testing.T, spec v1alpha1.ProviderSpec, secrets ...signature.Secret) signature.Verifier {
 	t.Helper()
-	v, err := New(spec, secrets)
+	v, err := NewVerifier(spec, secrets)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return v
 }
 
-// expectReason fails unless err is an *Error with the reason (nil for success), and
+// expectReason fails unless err is an *signature.Error with the reason (nil for success), and
 // checks that the error text carries no secret material or expected signature.
-func expectReason(t *testing.T, err error, want Reason, v vector) {
+func expectReason(t *testing.T, err error, want signature.Reason, v vector) {
 	t.Helper()
 	if want == "" {
 		if err != nil {
@@ -121,9 +164,9 @@ func expectReason(t *testing.T, err error, want Reason, v vector) {
 		}
 		return
 	}
-	var e *Error
+	var e *signature.Error
 	if !errors.As(err, &e) {
-		t.Fatalf("want *Error with reason %s, got %v", want, err)
+		t.Fatalf("want *signature.Error with reason %s, got %v", want, err)
 	}
 	if e.Reason != want {
 		t.Fatalf("want reason %s, got %s (%v)", want, e.Reason, err)
@@ -165,7 +208,7 @@ func tamper(s string, i int) string {
 }
 
 // tamperSignature changes the first symbol of the (first) signature the vector carries.
-func (v vector) tamperSignature(req *Request) {
+func (v vector) tamperSignature(req *signature.Request) {
 	if v.isAdyenItemForm() {
 		const marker = `"hmacSignature":"`
 		i := strings.Index(string(req.Body), marker) + len(marker)
@@ -179,14 +222,18 @@ func (v vector) tamperSignature(req *Request) {
 			start = len(prefix)
 		}
 	}
-	if v.Provider == string(v1alpha1.ProviderStripe) {
-		start = strings.Index(value, "v1=") + len("v1=")
+	if scheme := v.scheme(); scheme != nil {
+		if c := scheme.Composite; c != nil {
+			start = strings.Index(value, c.SignatureKey+c.KeyValueSeparator) + len(c.SignatureKey+c.KeyValueSeparator)
+		} else if strings.HasPrefix(value, scheme.Prefix) {
+			start = len(scheme.Prefix)
+		}
 	}
 	req.Header.Set(v.SignatureHeader, tamper(value, start))
 }
 
 // tamperBody changes one byte the signature covers.
-func (v vector) tamperBody(req *Request) {
+func (v vector) tamperBody(req *signature.Request) {
 	if v.isAdyenItemForm() {
 		const marker = `"pspReference":"`
 		i := strings.Index(string(req.Body), marker) + len(marker)
@@ -198,17 +245,49 @@ func (v vector) tamperBody(req *Request) {
 	req.Body = body
 }
 
-// timestampText returns the signed timestamp of the vector and a setter for it.
-func (v vector) timestamp(req Request) (string, func(string)) {
-	if v.Provider == string(v1alpha1.ProviderStripe) {
-		value := req.Header.Get(HeaderStripeSignature)
-		ts, rest, _ := strings.Cut(strings.TrimPrefix(value, "t="), ",")
-		return ts, func(s string) { req.Header.Set(HeaderStripeSignature, "t="+s+","+rest) }
+// timestamp returns the signed timestamp of the vector as sent and a setter for it; a
+// nil setter when the scheme signs none.
+func (v vector) timestamp(req signature.Request) (string, func(string)) {
+	p, _ := Lookup(v1alpha1.ProviderType(v.Provider))
+	if p.Scheme != nil && p.Scheme.Composite != nil && p.Scheme.Composite.TimestampKey != "" {
+		c := p.Scheme.Composite
+		value := req.Header.Get(v.SignatureHeader)
+		var ts string
+		pairs := strings.Split(value, c.PairSeparator)
+		at := -1
+		for i, pair := range pairs {
+			if k, val, _ := strings.Cut(pair, c.KeyValueSeparator); k == c.TimestampKey {
+				ts, at = val, i
+			}
+		}
+		return ts, func(s string) {
+			pairs[at] = c.TimestampKey + c.KeyValueSeparator + s
+			req.Header.Set(v.SignatureHeader, strings.Join(pairs, c.PairSeparator))
+		}
 	}
 	if v.TimestampHeader == "" {
 		return "", nil
 	}
 	return req.Header.Get(v.TimestampHeader), func(s string) { req.Header.Set(v.TimestampHeader, s) }
+}
+
+// timestampFormat is the wire format of the vector's signed timestamp.
+func (v vector) timestampFormat() v1alpha1.TimestampFormat {
+	if s := v.scheme(); s != nil && s.TimestampFormat != "" {
+		return s.TimestampFormat
+	}
+	return v1alpha1.TimestampUnix
+}
+
+// formatTimestamp writes t in format.
+func formatTimestamp(format v1alpha1.TimestampFormat, t time.Time) string {
+	switch format {
+	case v1alpha1.TimestampUnixMilli:
+		return strconv.FormatInt(t.UnixMilli(), 10)
+	case v1alpha1.TimestampRFC3339:
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	return strconv.FormatInt(t.Unix(), 10)
 }
 
 func forEachVector(t *testing.T, fn func(t *testing.T, v vector)) {
@@ -219,31 +298,31 @@ func forEachVector(t *testing.T, fn func(t *testing.T, v vector)) {
 
 func TestVectorsVerify(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
-		err := mustNew(t, v.spec(), Secret{Value: v.Secret}).Verify(v.request())
+		err := mustNew(t, v.spec(), signature.Secret{Value: v.Secret}).Verify(v.request())
 		expectReason(t, err, "", v)
 	})
 }
 
 func TestVectorsWrongSecretMismatches(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
-		err := mustNew(t, v.spec(), Secret{Value: v.wrongSecret()}).Verify(v.request())
-		expectReason(t, err, ReasonMismatch, v)
+		err := mustNew(t, v.spec(), signature.Secret{Value: v.wrongSecret()}).Verify(v.request())
+		expectReason(t, err, signature.ReasonMismatch, v)
 	})
 }
 
 func TestVectorsOneByteChanges(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
-		verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+		verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 
 		t.Run("body", func(t *testing.T) {
 			req := v.request()
 			v.tamperBody(&req)
-			expectReason(t, verifier.Verify(req), ReasonMismatch, v)
+			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 		t.Run("signature", func(t *testing.T) {
 			req := v.request()
 			v.tamperSignature(&req)
-			expectReason(t, verifier.Verify(req), ReasonMismatch, v)
+			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 		t.Run("id", func(t *testing.T) {
 			if v.IDHeader == "" {
@@ -251,7 +330,7 @@ func TestVectorsOneByteChanges(t *testing.T) {
 			}
 			req := v.request()
 			req.Header.Set(v.IDHeader, tamper(req.Header.Get(v.IDHeader), 0))
-			expectReason(t, verifier.Verify(req), ReasonMismatch, v)
+			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 		t.Run("timestamp", func(t *testing.T) {
 			req := v.request()
@@ -265,7 +344,7 @@ func TestVectorsOneByteChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			set(strconv.FormatInt(n+1, 10))
-			expectReason(t, verifier.Verify(req), ReasonMismatch, v)
+			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 	})
 }
@@ -277,23 +356,23 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 		if set == nil {
 			t.Skip("the scheme signs no timestamp")
 		}
-		signedAt, err := strconv.ParseInt(ts, 10, 64)
-		if err != nil {
-			t.Fatal(err)
+		format := v.timestampFormat()
+		signed, ok := signature.ParseTimestamp(format, ts)
+		if !ok {
+			t.Fatalf("the vector's timestamp %q is not %s", ts, format)
 		}
-		signed := time.Unix(signedAt, 0)
-		verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+		verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 
 		for _, tc := range []struct {
 			name string
 			now  time.Time
-			want Reason
+			want signature.Reason
 		}{
 			{"at the signed time", signed, ""},
 			{"at the edge of the default tolerance", signed.Add(v1alpha1.DefaultTolerance), ""},
-			{"just past the tolerance", signed.Add(v1alpha1.DefaultTolerance + time.Second), ReasonTimestampOutOfTolerance},
-			{"just before a future timestamp's tolerance", signed.Add(-v1alpha1.DefaultTolerance - time.Second), ReasonTimestampOutOfTolerance},
-			{"a day later (replay)", signed.Add(24 * time.Hour), ReasonTimestampOutOfTolerance},
+			{"just past the tolerance", signed.Add(v1alpha1.DefaultTolerance + time.Second), signature.ReasonTimestampOutOfTolerance},
+			{"just before a future timestamp's tolerance", signed.Add(-v1alpha1.DefaultTolerance - time.Second), signature.ReasonTimestampOutOfTolerance},
+			{"a day later (replay)", signed.Add(24 * time.Hour), signature.ReasonTimestampOutOfTolerance},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				req := v.request()
@@ -305,10 +384,10 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 		t.Run("spec tolerance is honoured", func(t *testing.T) {
 			spec := v.spec()
 			spec.Tolerance = &metav1.Duration{Duration: 10 * time.Second}
-			narrow := mustNew(t, spec, Secret{Value: v.Secret})
+			narrow := mustNew(t, spec, signature.Secret{Value: v.Secret})
 			req := v.request()
 			req.Now = signed.Add(11 * time.Second)
-			expectReason(t, narrow.Verify(req), ReasonTimestampOutOfTolerance, v)
+			expectReason(t, narrow.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 			req.Now = signed.Add(10 * time.Second)
 			expectReason(t, narrow.Verify(req), "", v)
 		})
@@ -319,9 +398,9 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 				_, set := v.timestamp(req)
 				set(bad)
 				err := verifier.Verify(req)
-				want := ReasonMalformedHeader
-				if bad == "" && v.Provider != string(v1alpha1.ProviderStripe) {
-					want = ReasonMissingHeader
+				want := signature.ReasonMalformedHeader
+				if p, _ := Lookup(v1alpha1.ProviderType(v.Provider)); bad == "" && (p.Scheme == nil || p.Scheme.Composite == nil) {
+					want = signature.ReasonMissingHeader
 				}
 				expectReason(t, err, want, v)
 			})
@@ -331,10 +410,10 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 			// through an overflow in the age arithmetic.
 			req := v.request()
 			_, set := v.timestamp(req)
-			set("0")
-			expectReason(t, verifier.Verify(req), ReasonTimestampOutOfTolerance, v)
-			set("999999999999999999")
-			expectReason(t, verifier.Verify(req), ReasonTimestampOutOfTolerance, v)
+			set(formatTimestamp(format, time.Unix(0, 0)))
+			expectReason(t, verifier.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
+			set(formatTimestamp(format, time.Unix(99999999999, 0)))
+			expectReason(t, verifier.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 		})
 	})
 }
@@ -344,65 +423,65 @@ func TestVectorsSecretLifecycle(t *testing.T) {
 		now := v.now()
 		t.Run("expired secret is ignored", func(t *testing.T) {
 			verifier := mustNew(t, v.spec(),
-				Secret{Value: v.Secret, ExpiresAt: now.Add(-time.Second)},
-				Secret{Value: v.wrongSecret()})
-			expectReason(t, verifier.Verify(v.request()), ReasonMismatch, v)
+				signature.Secret{Value: v.Secret, ExpiresAt: now.Add(-time.Second)},
+				signature.Secret{Value: v.wrongSecret()})
+			expectReason(t, verifier.Verify(v.request()), signature.ReasonMismatch, v)
 		})
 		t.Run("a secret expires exactly at ExpiresAt", func(t *testing.T) {
-			verifier := mustNew(t, v.spec(), Secret{Value: v.Secret, ExpiresAt: now})
-			expectReason(t, verifier.Verify(v.request()), ReasonNoActiveSecret, v)
+			verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret, ExpiresAt: now})
+			expectReason(t, verifier.Verify(v.request()), signature.ReasonNoActiveSecret, v)
 		})
 		t.Run("only expired secrets", func(t *testing.T) {
-			verifier := mustNew(t, v.spec(), Secret{Value: v.Secret, ExpiresAt: now.Add(-time.Hour)})
-			expectReason(t, verifier.Verify(v.request()), ReasonNoActiveSecret, v)
+			verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret, ExpiresAt: now.Add(-time.Hour)})
+			expectReason(t, verifier.Verify(v.request()), signature.ReasonNoActiveSecret, v)
 		})
 		t.Run("secret before its expiry verifies", func(t *testing.T) {
-			verifier := mustNew(t, v.spec(), Secret{Value: v.Secret, ExpiresAt: now.Add(time.Second)})
+			verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret, ExpiresAt: now.Add(time.Second)})
 			expectReason(t, verifier.Verify(v.request()), "", v)
 		})
 		t.Run("second secret of a rotation verifies", func(t *testing.T) {
 			verifier := mustNew(t, v.spec(),
-				Secret{Value: v.wrongSecret()},
-				Secret{Value: v.Secret, ExpiresAt: now.Add(24 * time.Hour)})
+				signature.Secret{Value: v.wrongSecret()},
+				signature.Secret{Value: v.Secret, ExpiresAt: now.Add(24 * time.Hour)})
 			expectReason(t, verifier.Verify(v.request()), "", v)
 		})
 		t.Run("zero request time verifies nothing", func(t *testing.T) {
-			verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+			verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 			req := v.request()
 			req.Now = time.Time{}
-			expectReason(t, verifier.Verify(req), ReasonNoActiveSecret, v)
+			expectReason(t, verifier.Verify(req), signature.ReasonNoActiveSecret, v)
 		})
 	})
 }
 
 func TestVectorsMissingAndDuplicateHeaders(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
-		verifier := mustNew(t, v.spec(), Secret{Value: v.Secret})
+		verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 		for name := range v.Headers {
 			t.Run("without "+name, func(t *testing.T) {
 				req := v.request()
 				req.Header.Del(name)
-				want := ReasonMissingHeader
+				want := signature.ReasonMissingHeader
 				if name == HeaderAdyenHmacSignature {
 					// Without the header, Adyen falls back to per-item signatures, and this
 					// body is not a notification batch.
-					want = ReasonMalformedHeader
+					want = signature.ReasonMalformedHeader
 				}
 				expectReason(t, verifier.Verify(req), want, v)
 			})
 			t.Run("empty "+name, func(t *testing.T) {
 				req := v.request()
 				req.Header.Set(name, "")
-				want := ReasonMissingHeader
+				want := signature.ReasonMissingHeader
 				if name == HeaderAdyenHmacSignature {
-					want = ReasonMalformedHeader
+					want = signature.ReasonMalformedHeader
 				}
 				expectReason(t, verifier.Verify(req), want, v)
 			})
 			t.Run("twice "+name, func(t *testing.T) {
 				req := v.request()
 				req.Header.Add(name, req.Header.Get(name))
-				expectReason(t, verifier.Verify(req), ReasonMalformedHeader, v)
+				expectReason(t, verifier.Verify(req), signature.ReasonMalformedHeader, v)
 			})
 		}
 		t.Run("no headers at all", func(t *testing.T) {
@@ -434,19 +513,19 @@ func TestVectorsMissingAndDuplicateHeaders(t *testing.T) {
 func TestNewFailsClosedOnBadSecrets(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
 		t.Run("no secrets", func(t *testing.T) {
-			_, err := New(v.spec(), nil)
-			if !errors.Is(err, ErrNoSecrets) {
-				t.Fatalf("want ErrNoSecrets, got %v", err)
+			_, err := NewVerifier(v.spec(), nil)
+			if !errors.Is(err, signature.ErrNoSecrets) {
+				t.Fatalf("want signature.ErrNoSecrets, got %v", err)
 			}
 		})
 		t.Run("empty secret names its index", func(t *testing.T) {
-			_, err := New(v.spec(), []Secret{{Value: v.Secret}, {Value: ""}})
+			_, err := NewVerifier(v.spec(), []signature.Secret{{Value: v.Secret}, {Value: ""}})
 			if err == nil || !strings.Contains(err.Error(), "signing secret 1") {
 				t.Fatalf("want an error naming secret 1, got %v", err)
 			}
 		})
 		t.Run("whitespace around a secret", func(t *testing.T) {
-			_, err := New(v.spec(), []Secret{{Value: v.Secret + "\n"}})
+			_, err := NewVerifier(v.spec(), []signature.Secret{{Value: v.Secret + "\n"}})
 			if err == nil || !strings.Contains(err.Error(), "signing secret 0") {
 				t.Fatalf("want an error naming secret 0, got %v", err)
 			}
@@ -465,9 +544,9 @@ func TestNewRejectsUndecodableKeys(t *testing.T) {
 		{"adyen not hex", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, "not-hex-at-all-secret-value"},
 		{"standard webhooks not base64", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStandardWebhooks}, "whsec_not*base64*secret"},
 		{"standard webhooks bare prefix", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStandardWebhooks}, "whsec_"},
-		{"hmac base64", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{Header: "X-Sig", KeyEncoding: v1alpha1.KeyBase64}}, "%%%secret%%%"},
-		{"hmac hex", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{Header: "X-Sig", KeyEncoding: v1alpha1.KeyHex}}, "zzsecretzz"},
-		{"hmac whsec", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{Header: "X-Sig", KeyEncoding: v1alpha1.KeyWhsec}}, "whsec_@@secret@@"},
+		{"hmac base64", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}, KeyEncoding: v1alpha1.KeyBase64}}, "%%%secret%%%"},
+		{"hmac hex", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}, KeyEncoding: v1alpha1.KeyHex}}, "zzsecretzz"},
+		{"hmac whsec", v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}, KeyEncoding: v1alpha1.KeyWhsec}}, "whsec_@@secret@@"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -476,13 +555,13 @@ func TestNewRejectsUndecodableKeys(t *testing.T) {
 				v1alpha1.ProviderStandardWebhooks: "whsec_AA==",
 				v1alpha1.ProviderHMAC:             "",
 			}[tc.spec.Type]
-			secrets := []Secret{{Value: tc.secret}}
+			secrets := []signature.Secret{{Value: tc.secret}}
 			index := "signing secret 0"
 			if good != "" {
-				secrets = []Secret{{Value: good}, {Value: tc.secret}}
+				secrets = []signature.Secret{{Value: good}, {Value: tc.secret}}
 				index = "signing secret 1"
 			}
-			_, err := New(tc.spec, secrets)
+			_, err := NewVerifier(tc.spec, secrets)
 			if err == nil {
 				t.Fatal("an undecodable key was accepted")
 			}

@@ -1,4 +1,4 @@
-package signature
+package provider
 
 import (
 	"bytes"
@@ -19,30 +19,31 @@ import (
 	"unicode/utf8"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // The fuzz tests share one shape. Arbitrary header (or body) input must never panic and
-// must end in nil or an *Error with a known Reason; when it ends in nil, an oracle written
+// must end in nil or an *signature.Error with a known signature.Reason; when it ends in nil, an oracle written
 // here with crypto/hmac — not the package's parser — must agree that the input carries the
 // right MAC. And for arbitrary bodies, a correctly signed request verifies while the same
 // request with one body byte changed does not.
 //
 // Seed corpora live in testdata/fuzz/FuzzXxx/. Run one with e.g.
-//   go test -run='^$' -fuzz='^FuzzStripeHeader$' -fuzztime=10s ./internal/signature/
+//   go test -run='^$' -fuzz='^FuzzStripeHeader$' -fuzztime=10s ./internal/provider/
 
-var knownReasons = map[Reason]bool{
-	ReasonMissingHeader: true, ReasonMalformedHeader: true, ReasonTimestampOutOfTolerance: true,
-	ReasonNoActiveSecret: true, ReasonMismatch: true,
+var knownReasons = map[signature.Reason]bool{
+	signature.ReasonMissingHeader: true, signature.ReasonMalformedHeader: true, signature.ReasonTimestampOutOfTolerance: true,
+	signature.ReasonNoActiveSecret: true, signature.ReasonMismatch: true,
 }
 
-// checkOutcome fails unless err is nil or a *Error with a known Reason; it reports
+// checkOutcome fails unless err is nil or a *signature.Error with a known signature.Reason; it reports
 // whether the request verified.
 func checkOutcome(t *testing.T, err error) bool {
 	t.Helper()
 	if err == nil {
 		return true
 	}
-	var e *Error
+	var e *signature.Error
 	if !errors.As(err, &e) || !knownReasons[e.Reason] {
 		t.Fatalf("unexpected error %T %v", err, err)
 	}
@@ -67,17 +68,17 @@ const fuzzNow = 1700000000
 
 func FuzzStripeHeader(f *testing.F) {
 	v := vectorNamed(f, "stripe-computed")
-	f.Add(v.Headers[HeaderStripeSignature], []byte(v.Body), int64(0))
+	f.Add(v.Headers["Stripe-Signature"], []byte(v.Body), int64(0))
 	f.Add("t=1700000000,v1=00,v0=zz,t=1", []byte("{}"), int64(-299))
 	key := "whsec_test_hookkeeper_primary"
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe}, []Secret{{Value: key}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe}, []signature.Secret{{Value: key}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, header string, body []byte, skew int64) {
 		now := time.Unix(fuzzNow, 0)
-		req := Request{Header: http.Header{}, Body: body, Now: now}
-		req.Header.Set(HeaderStripeSignature, header)
+		req := signature.Request{Header: http.Header{}, Body: body, Now: now}
+		req.Header.Set("Stripe-Signature", header)
 		if checkOutcome(t, verifier.Verify(req)) {
 			var ts string
 			var sigs []string
@@ -107,7 +108,7 @@ func FuzzStripeHeader(f *testing.F) {
 		// Round trip at any skew inside the tolerance.
 		ts := strconv.FormatInt(fuzzNow+skew%300, 10)
 		sig := hex.EncodeToString(oracleMAC(sha256.New, []byte(key), ts, ".", string(body)))
-		req.Header.Set(HeaderStripeSignature, "t="+ts+",v1="+sig)
+		req.Header.Set("Stripe-Signature", "t="+ts+",v1="+sig)
 		assertSignedRoundTrip(t, verifier, req, body)
 	})
 }
@@ -116,17 +117,17 @@ func FuzzStandardWebhooksList(f *testing.F) {
 	v := vectorNamed(f, "standardwebhooks-reference")
 	f.Add(v.Headers[HeaderWebhookSignature], v.Headers[HeaderWebhookID], []byte(v.Body))
 	f.Add("v1a,AAAA v2,BBBB v1,", "msg_1", []byte(""))
-	key, err := DecodeWhsec(v.Secret)
+	key, err := signature.DecodeWhsec(v.Secret)
 	if err != nil {
 		f.Fatal(err)
 	}
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStandardWebhooks}, []Secret{{Value: v.Secret}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStandardWebhooks}, []signature.Secret{{Value: v.Secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, signatures, id string, body []byte) {
 		ts := time.Unix(fuzzNow, 0)
-		req := Request{Header: http.Header{}, Body: body, Now: ts}
+		req := signature.Request{Header: http.Header{}, Body: body, Now: ts}
 		req.Header.Set(HeaderWebhookID, id)
 		req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(fuzzNow, 10))
 		req.Header.Set(HeaderWebhookSignature, signatures)
@@ -142,10 +143,10 @@ func FuzzStandardWebhooksList(f *testing.F) {
 			}
 		}
 
-		req.Header.Set(HeaderWebhookSignature, signatures+" "+SignStandardWebhooks(key, trimmedID, ts, body))
+		req.Header.Set(HeaderWebhookSignature, signatures+" "+signature.SignStandardWebhooks(key, trimmedID, ts, body))
 		err := verifier.Verify(req)
 		if trimmedID == "" {
-			if ReasonOf(err) != ReasonMissingHeader {
+			if signature.ReasonOf(err) != signature.ReasonMissingHeader {
 				t.Fatalf("empty id: want missing_header, got %v", err)
 			}
 			return
@@ -161,14 +162,14 @@ func FuzzSlackHeaders(f *testing.F) {
 	v := vectorNamed(f, "slack-docs")
 	f.Add(v.Headers["X-Slack-Signature"], v.Headers["X-Slack-Request-Timestamp"], []byte(v.Body))
 	f.Add("v0=", "-1", []byte("payload=%7B%7D"))
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderSlack}, []Secret{{Value: v.Secret}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderSlack}, []signature.Secret{{Value: v.Secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	now := time.Unix(1531420618, 0)
-	f.Fuzz(func(t *testing.T, signature, timestamp string, body []byte) {
-		req := Request{Header: http.Header{}, Body: body, Now: now}
-		req.Header.Set("X-Slack-Signature", signature)
+	f.Fuzz(func(t *testing.T, sig, timestamp string, body []byte) {
+		req := signature.Request{Header: http.Header{}, Body: body, Now: now}
+		req.Header.Set("X-Slack-Signature", sig)
 		req.Header.Set("X-Slack-Request-Timestamp", timestamp)
 		if checkOutcome(t, verifier.Verify(req)) {
 			ts := strings.TrimSpace(timestamp)
@@ -177,8 +178,8 @@ func FuzzSlackHeaders(f *testing.F) {
 				t.Fatalf("verified with timestamp %q outside tolerance", timestamp)
 			}
 			want := "v0=" + hex.EncodeToString(oracleMAC(sha256.New, []byte(v.Secret), "v0:", ts, ":", string(body)))
-			if strings.ToLower(strings.TrimSpace(signature)) != want {
-				t.Fatalf("verified without the right signature: %q", signature)
+			if strings.ToLower(strings.TrimSpace(sig)) != want {
+				t.Fatalf("verified without the right signature: %q", sig)
 			}
 		}
 
@@ -194,16 +195,16 @@ func FuzzGitHubSignature(f *testing.F) {
 	f.Add(v.Headers["X-Hub-Signature-256"], []byte(v.Body))
 	f.Add("sha256=", []byte(""))
 	f.Add("sha1=0123", []byte("{}"))
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderGitHub}, []Secret{{Value: v.Secret}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderGitHub}, []signature.Secret{{Value: v.Secret}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, signature string, body []byte) {
-		req := Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
-		req.Header.Set("X-Hub-Signature-256", signature)
+	f.Fuzz(func(t *testing.T, sig string, body []byte) {
+		req := signature.Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
+		req.Header.Set("X-Hub-Signature-256", sig)
 		want := "sha256=" + hex.EncodeToString(oracleMAC(sha256.New, []byte(v.Secret), string(body)))
-		if checkOutcome(t, verifier.Verify(req)) && strings.ToLower(strings.TrimSpace(signature)) != want {
-			t.Fatalf("verified without the right signature: %q", signature)
+		if checkOutcome(t, verifier.Verify(req)) && strings.ToLower(strings.TrimSpace(sig)) != want {
+			t.Fatalf("verified without the right signature: %q", sig)
 		}
 		req.Header.Set("X-Hub-Signature-256", want)
 		assertSignedRoundTrip(t, verifier, req, body)
@@ -211,20 +212,17 @@ func FuzzGitHubSignature(f *testing.F) {
 }
 
 func FuzzHMACSignatureList(f *testing.F) {
-	spec := v1alpha1.HMACSpec{
-		Header: "X-Signature", Prefix: "sha512=", Separator: ",",
-		Algorithm: v1alpha1.HMACSHA512, Encoding: v1alpha1.EncodingBase64, KeyEncoding: v1alpha1.KeyRaw,
-		SignedContent: "{id}:{body}", IDHeader: "X-Id",
-	}
+	spec := v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Signature", Prefix: "sha512=", Separator: ",", Encoding: v1alpha1.EncodingBase64,
+		SignedContent: "{id}:{body}", IDHeader: "X-Id"}, Algorithm: v1alpha1.HMACSHA512, KeyEncoding: v1alpha1.KeyRaw}
 	const key = "generic-fuzz-key"
 	f.Add("sha512=AAAA,sha512=", "del_1", []byte(`{"event":"ping"}`))
 	f.Add(",,,", "", []byte(""))
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &spec}, []Secret{{Value: key}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &spec}, []signature.Secret{{Value: key}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, signatures, id string, body []byte) {
-		req := Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
+		req := signature.Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
 		req.Header.Set("X-Signature", signatures)
 		req.Header.Set("X-Id", id)
 		trimmedID := strings.TrimSpace(id)
@@ -301,12 +299,12 @@ func FuzzAdyenBody(f *testing.F) {
 	f.Add([]byte(`{"notificationItems":[]}`), "a:b", "\\:", int64(-1), false)
 	keyHex := adyenKeyA
 	key, _ := hex.DecodeString(keyHex)
-	verifier, err := New(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, []Secret{{Value: keyHex}})
+	verifier, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, []signature.Secret{{Value: keyHex}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, psp, reference string, value int64, success bool) {
-		req := Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
+		req := signature.Request{Header: http.Header{}, Body: body, Now: time.Unix(fuzzNow, 0)}
 		if checkOutcome(t, verifier.Verify(req)) {
 			if err := adyenOracle(body, key); err != nil {
 				t.Fatalf("verified, but the oracle disagrees: %v", err)
@@ -324,7 +322,7 @@ func FuzzAdyenBody(f *testing.F) {
 		item.Value++
 		changed := adyenBatch(t, item.json(adyenTestItem{psp, "", "FuzzECOM", reference, value, "EUR", "AUTHORISATION", strconv.FormatBool(success)}.sign(t, keyHex)))
 		req.Body = changed
-		if ReasonOf(verifier.Verify(req)) != ReasonMismatch {
+		if signature.ReasonOf(verifier.Verify(req)) != signature.ReasonMismatch {
 			t.Fatal("an item with a changed amount verified")
 		}
 	})
@@ -332,7 +330,7 @@ func FuzzAdyenBody(f *testing.F) {
 
 // assertSignedRoundTrip: a correctly signed request verifies, and the same request with
 // one body byte changed fails as a mismatch.
-func assertSignedRoundTrip(t *testing.T, verifier Verifier, req Request, body []byte) {
+func assertSignedRoundTrip(t *testing.T, verifier signature.Verifier, req signature.Request, body []byte) {
 	t.Helper()
 	if err := verifier.Verify(req); err != nil {
 		t.Fatalf("correctly signed request failed: %v", err)
@@ -340,13 +338,13 @@ func assertSignedRoundTrip(t *testing.T, verifier Verifier, req Request, body []
 	assertBodyChangeFails(t, verifier, req, body)
 }
 
-func assertBodyChangeFails(t *testing.T, verifier Verifier, req Request, body []byte) {
+func assertBodyChangeFails(t *testing.T, verifier signature.Verifier, req signature.Request, body []byte) {
 	t.Helper()
 	if len(body) == 0 {
 		return
 	}
 	req.Body = flipped(body)
-	if ReasonOf(verifier.Verify(req)) != ReasonMismatch {
+	if signature.ReasonOf(verifier.Verify(req)) != signature.ReasonMismatch {
 		t.Fatal("a changed body verified")
 	}
 }

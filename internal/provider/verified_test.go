@@ -1,40 +1,14 @@
-package signature
+package provider
 
 import (
 	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
-func TestDocumentIsDecidedByTheBytes(t *testing.T) {
-	doc := `{"a":"b&payload=%7B%7D&c"}`
-	cases := []struct {
-		body, want string
-		ok         bool
-	}{
-		{doc, doc, true},
-		{" \n" + doc, " \n" + doc, true},
-		{"payload=" + url.QueryEscape(doc), doc, true},
-		{"payload=" + url.QueryEscape(" "+doc), " " + doc, true},
-		{"payload=" + url.QueryEscape(doc) + "&x=1", "", false},
-		{"payload=" + url.QueryEscape(doc) + "&payload=" + url.QueryEscape(doc), "", false},
-		{"x=1&payload=" + url.QueryEscape(doc), "", false},
-		{"payload=%5B%5D", "", false},
-		{"payload=", "", false},
-		{"payload=%zz", "", false},
-		{"payload=" + url.QueryEscape(doc) + ";x", "", false},
-		{"[1]", "", false},
-		{"", "", false},
-		{"not json", "", false},
-	}
-	for _, tc := range cases {
-		got, err := Document([]byte(tc.body))
-		if (err == nil) != tc.ok || string(got) != tc.want {
-			t.Errorf("Document(%q) = %q, %v; want %q, ok %v", tc.body, got, err, tc.want, tc.ok)
-		}
-	}
-}
 
 // TestAdyenOpenReturnsOnlyVerifiedItems: the documents of an item-signed Adyen body are
 // the items whose signatures were checked, byte for byte, and nothing else in the body
@@ -65,7 +39,7 @@ func TestAdyenOpenReturnsOnlyVerifiedItems(t *testing.T) {
 			t.Errorf("document %d is not the item's bytes in the body", i)
 		}
 	}
-	if _, ok := verified.Signed()[SignedDigest]; ok {
+	if _, ok := verified.Signed()[signature.SignedDigest]; ok {
 		t.Errorf("item signatures do not cover the body, yet a digest is offered as signed")
 	}
 	if verified.Now() != req.Now {
@@ -83,41 +57,41 @@ func TestSignedValues(t *testing.T) {
 			// A made-up webhook-id next to the svix set that verifies: not signed.
 			req.Header.Set(HeaderWebhookID, "msg_attacker")
 		}
-		verified, err := mustNew(t, v.spec(), Secret{Value: v.Secret}).Open(req)
+		verified, err := mustNew(t, v.spec(), signature.Secret{Value: v.Secret}).Open(req)
 		if err != nil {
 			t.Fatalf("%s: Open: %v", name, err)
 		}
 		signed := verified.Signed()
-		if signed[SignedDigest] != bodyDigest([]byte(v.Body)) {
-			t.Errorf("%s: digest = %q", name, signed[SignedDigest])
+		if signed[signature.SignedDigest] != signature.BodyDigest([]byte(v.Body)) {
+			t.Errorf("%s: digest = %q", name, signed[signature.SignedDigest])
 		}
 		switch name {
 		case "standardwebhooks-reference":
-			if signed[SignedID] != v.Headers[HeaderWebhookID] || signed[SignedTimestamp] != v.Headers[HeaderWebhookTimestamp] {
+			if signed[signature.SignedID] != v.Headers[HeaderWebhookID] || signed[signature.SignedTimestamp] != v.Headers[HeaderWebhookTimestamp] {
 				t.Errorf("%s: signed = %v", name, signed)
 			}
 		case "svix-headers-reference":
-			if signed[SignedID] != v.Headers["svix-id"] {
-				t.Errorf("%s: signed id = %q, want the svix-id that was signed", name, signed[SignedID])
+			if signed[signature.SignedID] != v.Headers["svix-id"] {
+				t.Errorf("%s: signed id = %q, want the svix-id that was signed", name, signed[signature.SignedID])
 			}
 		case "github-docs", "shopify-computed":
-			if _, ok := signed[SignedID]; ok {
+			if _, ok := signed[signature.SignedID]; ok {
 				t.Errorf("%s: an id is reported signed, but the scheme signs none", name)
 			}
-			if _, ok := signed[SignedTimestamp]; ok {
+			if _, ok := signed[signature.SignedTimestamp]; ok {
 				t.Errorf("%s: a timestamp is reported signed, but the scheme signs none", name)
 			}
 		default:
-			if signed[SignedTimestamp] == "" {
+			if signed[signature.SignedTimestamp] == "" {
 				t.Errorf("%s: no signed timestamp", name)
 			}
 		}
 	}
-	var zero Verified
+	var zero signature.Verified
 	if _, err := zero.Documents(); err == nil {
-		t.Errorf("a zero Verified returns documents")
+		t.Errorf("a zero signature.Verified returns documents")
 	}
-	if _, err := (*Verified)(nil).Documents(); err == nil {
-		t.Errorf("a nil Verified returns documents")
+	if _, err := (*signature.Verified)(nil).Documents(); err == nil {
+		t.Errorf("a nil signature.Verified returns documents")
 	}
 }

@@ -1,0 +1,35 @@
+package provider
+
+import (
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// HMAC is any provider whose scheme spec.provider.hmac describes field by field.
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderHMAC,
+		Verifier: func(spec v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+			scheme, _ := hmacScheme(spec)
+			h := spec.HMAC
+			algorithm, keyEncoding := h.Algorithm, h.KeyEncoding
+			if algorithm == "" {
+				algorithm = v1alpha1.DefaultHMACAlgorithm
+			}
+			if keyEncoding == "" {
+				keyEncoding = v1alpha1.DefaultHMACKeyEncoding
+			}
+			return newSchemeVerifier(scheme, hashes[algorithm], keyEncoding, secrets, tolerance)
+		},
+		Preset: Preset{ID: `body.id`, Type: `body.type`},
+		Doc: Doc{
+			Scheme:    "HMAC (SHA1, SHA256, SHA512; hex or base64) as `spec.provider.hmac` describes it",
+			Signed:    "what `signedContent` names: the body, and the `{timestamp}`, `{id}`, `{method}`, `{url}` it uses",
+			Timestamp: "the `{timestamp}` (a header, or a key of a composite header), when used",
+			Key:       "`keyEncoding`: Raw, Base64, Hex or Whsec",
+			Source:    "[HMAC](#hmac-any-other-provider)",
+		},
+	})
+}

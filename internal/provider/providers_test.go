@@ -1,0 +1,251 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+func TestStripeHeaderForms(t *testing.T) {
+	v := vectorNamed(t, "stripe-computed")
+	header := v.Headers["Stripe-Signature"]
+	ts, rest, _ := strings.Cut(header, ",")
+	sigA, sigB, _ := strings.Cut(rest, ",")
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+
+	cases := []struct {
+		name, header string
+		want         signature.Reason
+	}{
+		{"as sent", header, ""},
+		{"only the primary v1", ts + "," + sigA, ""},
+		{"v1 first, t last", sigA + "," + ts, ""},
+		{"unknown schemes are ignored", ts + ",v0=abc," + sigA + ",foo=bar", ""},
+		{"an undecodable v1 next to a good one", ts + ",v1=bad_signature," + sigA, ""},
+		{"upper-case hex", ts + ",v1=" + strings.ToUpper(strings.TrimPrefix(sigA, "v1=")), ""},
+		{"spaces after commas", ts + ", " + sigA, ""},
+		{"only the previous secret's v1", ts + "," + sigB, signature.ReasonMismatch},
+		{"v0 scheme only", ts + ",v0=" + strings.TrimPrefix(sigA, "v1="), signature.ReasonMalformedHeader},
+		{"no timestamp", sigA, signature.ReasonMalformedHeader},
+		{"two timestamps", ts + "," + ts + "," + sigA, signature.ReasonMalformedHeader},
+		{"element without =", ts + ",v1," + sigA, signature.ReasonMalformedHeader},
+		{"order-swapped legacy form", "v1,t=1", signature.ReasonMalformedHeader},
+		{"t= only", "t=", signature.ReasonMalformedHeader},
+		{"truncated v1", ts + "," + sigA[:len(sigA)-2], signature.ReasonMalformedHeader},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := v.request()
+			req.Header.Set("Stripe-Signature", tc.header)
+			expectReason(t, verifier.Verify(req), tc.want, v)
+		})
+	}
+
+	t.Run("roll on Stripe's side: the header's second v1 verifies the previous secret", func(t *testing.T) {
+		prev := mustNew(t, v.spec(), signature.Secret{Value: v.PreviousSecret})
+		expectReason(t, prev.Verify(v.request()), "", v)
+	})
+	t.Run("the key is the whole whsec_ string, not its base64 payload", func(t *testing.T) {
+		stripped := mustNew(t, v.spec(), signature.Secret{Value: strings.TrimPrefix(v.Secret, "whsec_")})
+		expectReason(t, stripped.Verify(v.request()), signature.ReasonMismatch, v)
+	})
+}
+
+func TestStandardWebhooksHelpers(t *testing.T) {
+	v := vectorNamed(t, "standardwebhooks-reference")
+	key, err := signature.DecodeWhsec(v.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := signature.DecodeWhsec(strings.TrimPrefix(v.Secret, "whsec_"))
+	if err != nil || string(bare) != string(key) {
+		t.Fatalf("the whsec_ prefix is optional: %v", err)
+	}
+	got := signature.SignStandardWebhooks(key, v.Headers[HeaderWebhookID], time.Unix(1614265330, 0), []byte(v.Body))
+	if got != v.Headers[HeaderWebhookSignature] {
+		t.Fatalf("signature.SignStandardWebhooks does not reproduce the reference vector: %s", got)
+	}
+	for _, bad := range []string{"", "whsec_", "whsec_***", "whsec_AAA"} {
+		if _, err := signature.DecodeWhsec(bad); err == nil {
+			t.Errorf("signature.DecodeWhsec(%q) succeeded", bad)
+		}
+	}
+
+	// Whatever the dispatcher signs, the receiver verifies, and across a key change.
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	body := []byte(`{"type":"order.paid","data":{"id":"o_1"}}`)
+	sentAt := time.Unix(1700000000, 0)
+	req := signature.Request{Header: http.Header{}, Body: body, Now: sentAt.Add(time.Second)}
+	req.Header.Set(HeaderWebhookID, "evt_1")
+	req.Header.Set(HeaderWebhookTimestamp, fmt.Sprint(sentAt.Unix()))
+	req.Header.Set(HeaderWebhookSignature, signature.SignStandardWebhooks(key, "evt_1", sentAt, body))
+	expectReason(t, verifier.Verify(req), "", v)
+}
+
+func TestStandardWebhooksSignatureList(t *testing.T) {
+	v := vectorNamed(t, "standardwebhooks-reference")
+	good := v.Headers[HeaderWebhookSignature]
+	// Other entries taken from the reference library's multi-signature test.
+	other := "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	cases := []struct {
+		name, header string
+		want         signature.Reason
+	}{
+		{"valid among others", strings.Join([]string{other, "v2,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=", good, other}, " "), ""},
+		{"asymmetric entry ignored", "v1a,aGVsbG8= " + good, ""},
+		{"double spaces", other + "  " + good, ""},
+		{"only other signatures", other + " " + other, signature.ReasonMismatch},
+		{"only other versions", "v2," + strings.TrimPrefix(good, "v1,"), signature.ReasonMalformedHeader},
+		{"comma-separated list is not the format", other + "," + good, signature.ReasonMalformedHeader},
+		{"missing version", strings.TrimPrefix(good, "v1,"), signature.ReasonMalformedHeader},
+		{"url-safe base64", strings.NewReplacer("+", "-", "/", "_").Replace(good), signature.ReasonMalformedHeader},
+		{"embedded newline", good[:10] + "\n" + good[10:], signature.ReasonMalformedHeader},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := v.request()
+			req.Header.Set(HeaderWebhookSignature, tc.header)
+			expectReason(t, verifier.Verify(req), tc.want, v)
+		})
+	}
+	t.Run("webhook-* and svix-* sets are not mixed", func(t *testing.T) {
+		req := v.request()
+		req.Header.Del(HeaderWebhookID)
+		req.Header.Set("svix-id", v.Headers[HeaderWebhookID])
+		expectReason(t, verifier.Verify(req), signature.ReasonMissingHeader, v)
+	})
+	t.Run("webhook-* wins when both are sent", func(t *testing.T) {
+		req := v.request()
+		req.Header.Set("svix-id", "msg_other")
+		req.Header.Set("svix-timestamp", "1")
+		req.Header.Set("svix-signature", other)
+		expectReason(t, verifier.Verify(req), "", v)
+	})
+}
+
+func TestGitHubAndSlackPrefixes(t *testing.T) {
+	for _, tc := range []struct {
+		vector, header, value string
+		want                  signature.Reason
+	}{
+		{"github-docs", "X-Hub-Signature-256", "sha1=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", signature.ReasonMalformedHeader},
+		{"github-docs", "X-Hub-Signature-256", "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", signature.ReasonMalformedHeader},
+		{"github-docs", "X-Hub-Signature-256", "sha256=", signature.ReasonMalformedHeader},
+		{"github-docs", "X-Hub-Signature-256", "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17", ""},
+		{"github-docs", "X-Hub-Signature-256", "SHA256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", signature.ReasonMalformedHeader},
+		{"slack-docs", "X-Slack-Signature", "v1=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503", signature.ReasonMalformedHeader},
+		{"slack-docs", "X-Slack-Signature", "v0=a2114d57", signature.ReasonMalformedHeader},
+		{"slack-docs", "X-Slack-Signature", " v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503 ", ""},
+	} {
+		t.Run(tc.vector+" "+tc.value, func(t *testing.T) {
+			v := vectorNamed(t, tc.vector)
+			req := v.request()
+			req.Header.Set(tc.header, tc.value)
+			expectReason(t, mustNew(t, v.spec(), signature.Secret{Value: v.Secret}).Verify(req), tc.want, v)
+		})
+	}
+}
+
+func TestHMACSpecValidation(t *testing.T) {
+	cases := []struct {
+		name string
+		spec v1alpha1.HMACSpec
+		want string // substring of the error; empty means valid
+	}{
+		{"defaults", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}}, ""},
+		{"no header", v1alpha1.HMACSpec{}, "header: \"\" is not a valid HTTP header name"},
+		{"bad header name", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X Sig"}}, "not a valid HTTP header name"},
+		{"bad timestamp header name", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", TimestampHeader: "X:T", SignedContent: "{timestamp}{body}"}}, "timestampHeader"},
+		{"unknown algorithm", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}, Algorithm: "MD5"}, "algorithm"},
+		{"unknown encoding", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", Encoding: "Base32"}}, "encoding"},
+		{"unknown key encoding", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}, KeyEncoding: "PEM"}, "keyEncoding"},
+		{"unknown placeholder", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{verb}.{body}"}}, "unknown placeholder {verb}"},
+		{"no body", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{timestamp}", TimestampHeader: "X-T"}}, "must include {body}"},
+		{"timestamp without header", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{timestamp}.{body}"}}, "signedContent uses {timestamp}: set timestampHeader"},
+		{"timestamp header not signed", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", TimestampHeader: "X-T"}}, "would not be authenticated"},
+		{"id without header", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{id}.{body}"}}, "idHeader must be set exactly when signedContent uses {id}"},
+		{"id header not signed", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", IDHeader: "X-Id"}}, "idHeader must be set exactly when signedContent uses {id}"},
+		{"literal braces are fine", v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig", SignedContent: "{\"x\":{body}} {1}"}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := tc.spec
+			_, err := NewVerifier(v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &spec}, []signature.Secret{{Value: "k"}})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid spec rejected: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("want error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestNewRejectsUnusableSpecs(t *testing.T) {
+	secrets := []signature.Secret{{Value: "k"}}
+	for name, spec := range map[string]v1alpha1.ProviderSpec{
+		"unknown type":        {Type: "Paddle"},
+		"empty type":          {},
+		"HMAC without block":  {Type: v1alpha1.ProviderHMAC},
+		"block with a preset": {Type: v1alpha1.ProviderGitHub, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}}},
+		"zero tolerance":      {Type: v1alpha1.ProviderSlack, Tolerance: &metav1.Duration{}},
+		"negative tolerance":  {Type: v1alpha1.ProviderStripe, Tolerance: &metav1.Duration{Duration: -time.Second}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewVerifier(spec, secrets); err == nil {
+				t.Fatal("New accepted an unusable spec")
+			}
+		})
+	}
+}
+
+func TestGenericSeparatorList(t *testing.T) {
+	v := vectorNamed(t, "hmac-sha512-base64-base64key")
+	spec := *v.HMAC
+	spec.Separator = ","
+	spec.Prefix = "sha512="
+	verifier := mustNew(t, v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &spec}, signature.Secret{Value: v.Secret})
+	good := "sha512=" + v.Headers["X-Signature"]
+	for header, want := range map[string]signature.Reason{
+		good:                                       "",
+		"sha512=AAAA," + good:                      "",
+		"sha256=" + v.Headers["X-Signature"]:       signature.ReasonMalformedHeader,
+		good[:len(good)-4] + ",sha512=AAAA":        signature.ReasonMalformedHeader,
+		"sha512=" + strings.Repeat("A", 86) + "==": signature.ReasonMismatch,
+	} {
+		req := v.request()
+		req.Header.Set("X-Signature", header)
+		if got := signature.ReasonOf(verifier.Verify(req)); got != want {
+			t.Errorf("%q: want %q, got %q", header, want, got)
+		}
+	}
+}
+
+func TestErrorAndReasonOf(t *testing.T) {
+	if signature.ReasonOf(nil) != "" {
+		t.Fatal("signature.ReasonOf(nil) is not empty")
+	}
+	if signature.ReasonOf(errors.New("other")) != "" {
+		t.Fatal("signature.ReasonOf of a foreign error is not empty")
+	}
+	e := &signature.Error{Reason: signature.ReasonMismatch, Detail: "no active secret matches"}
+	wrapped := fmt.Errorf("verify request: %w", e)
+	if signature.ReasonOf(wrapped) != signature.ReasonMismatch {
+		t.Fatal("signature.ReasonOf does not see through wrapping")
+	}
+	if got := e.Error(); got != "signature verification failed: mismatch: no active secret matches" {
+		t.Fatalf("signature.Error() = %q", got)
+	}
+	if got := (&signature.Error{Reason: signature.ReasonMissingHeader}).Error(); got != "signature verification failed: missing_header" {
+		t.Fatalf("signature.Error() without detail = %q", got)
+	}
+}

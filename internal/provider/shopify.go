@@ -1,0 +1,39 @@
+package provider
+
+import (
+	"crypto/sha256"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// Shopify signs the body with HMAC-SHA256 under the app's client secret and sends the
+// base64 MAC in X-Shopify-Hmac-Sha256. No header is signed.
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderShopify,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Shopify-Hmac-Sha256"}},
+			Encoding:   v1alpha1.EncodingBase64,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha256.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			// The topic is in no signed field, so it stays the type and is bound into the
+			// id: one body under two topics (orders/paid and orders/updated render the
+			// same order) is two events, and replaying a body with a new
+			// X-Shopify-Webhook-Id or X-Shopify-Triggered-At is a duplicate.
+			ID:         `headers["x-shopify-topic"] + ":" + signed.digest`,
+			Type:       `headers["x-shopify-topic"]`,
+			EntityKey:  `body.id`,
+			OccurredAt: `has(body.updated_at) ? body.updated_at : body.created_at`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA256 base64 in `X-Shopify-Hmac-Sha256`",
+			Signed: "the body",
+			Key:    "the app's client secret (raw)",
+			Source: "[Shopify](#shopify)",
+		},
+	})
+}

@@ -1,0 +1,68 @@
+package provider
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"net/http"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// Slack signs `v0:{timestamp}:{body}` with HMAC-SHA256 under the app's signing secret.
+// Setting an app's Request URL sends a signed url_verification request whose
+// challenge must come back.
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderSlack,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Slack-Signature", Timestamp: "X-Slack-Request-Timestamp"}},
+			Prefix:     "v0=",
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("v0:{timestamp}:{body}"),
+		},
+		Hash:        sha256.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			ID:         `body.event_id`,
+			Type:       `body.event.type`,
+			EntityKey:  `body.event.channel`,
+			OccurredAt: `body.event_time`,
+		},
+		Handshake: slackHandshake,
+		Doc: Doc{
+			Scheme:    "HMAC-SHA256 hex in `X-Slack-Signature: v0=…`",
+			Signed:    "`v0:`, `X-Slack-Request-Timestamp` and the body",
+			Timestamp: "`X-Slack-Request-Timestamp`",
+			Handshake: "`url_verification`: the `challenge` is echoed",
+			Key:       "the app's signing secret (raw)",
+			Source:    "[Slack](#slack)",
+		},
+	})
+}
+
+func slackHandshake(v *signature.Verified, _ http.Header) (Response, bool) {
+	var req struct {
+		Type      string `json:"type"`
+		Challenge string `json:"challenge"`
+	}
+	if !decodeDocument(v, &req) || req.Type != "url_verification" || req.Challenge == "" {
+		return Response{}, false
+	}
+	return jsonResponse(map[string]string{"challenge": req.Challenge})
+}
+
+// decodeDocument decodes the one signed document of v into out.
+func decodeDocument(v *signature.Verified, out any) bool {
+	docs, err := v.Documents()
+	return err == nil && len(docs) == 1 && json.Unmarshal(docs[0], out) == nil
+}
+
+// jsonResponse is a 200 with a JSON body.
+func jsonResponse(body any) (Response, bool) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Response{}, false
+	}
+	return Response{Status: http.StatusOK, ContentType: "application/json", Body: b}, true
+}

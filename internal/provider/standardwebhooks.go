@@ -1,0 +1,104 @@
+package provider
+
+import (
+	"crypto/sha256"
+	"strings"
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// Standard Webhooks headers, and the svix-* names that Svix sends for the same scheme.
+const (
+	HeaderWebhookID        = "webhook-id"
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	HeaderWebhookSignature = "webhook-signature"
+)
+
+var standardWebhooksHeaders = []signature.HeaderSet{
+	{Signature: HeaderWebhookSignature, Timestamp: HeaderWebhookTimestamp, ID: HeaderWebhookID},
+	{Signature: "svix-signature", Timestamp: "svix-timestamp", ID: "svix-id"},
+}
+
+// standardWebhooksVerifier verifies the Standard Webhooks scheme (also what Svix, and so
+// Clerk and Resend, send): `{id}.{timestamp}.{body}`, space-separated signatures of
+// several versions. `whsec_` secrets verify the symmetric `v1,` entries with
+// HMAC-SHA256; `whpk_` public keys verify the asymmetric `v1a,` entries with Ed25519.
+func standardWebhooksVerifier(secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+	var symmetric, asymmetric []signature.Secret
+	for _, s := range secrets {
+		if strings.HasPrefix(s.Value, "whpk_") {
+			asymmetric = append(asymmetric, s)
+		} else {
+			symmetric = append(symmetric, s)
+		}
+	}
+	var verifiers []signature.Verifier
+	if len(symmetric) > 0 {
+		keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyWhsec, symmetric)
+		if err != nil {
+			return nil, err
+		}
+		v, err := signature.NewSchemeVerifier(standardWebhooksScheme("v1,"), keys, tolerance)
+		if err != nil {
+			return nil, err
+		}
+		verifiers = append(verifiers, v)
+	}
+	if len(asymmetric) > 0 {
+		keys, err := signature.NewEd25519Keyring(v1alpha1.PublicKeyWhpk, asymmetric)
+		if err != nil {
+			return nil, err
+		}
+		v, err := signature.NewSchemeVerifier(standardWebhooksScheme("v1a,"), keys, tolerance)
+		if err != nil {
+			return nil, err
+		}
+		verifiers = append(verifiers, v)
+	}
+	if len(verifiers) == 0 {
+		return nil, signature.ErrNoSecrets
+	}
+	if len(verifiers) == 1 {
+		return verifiers[0], nil
+	}
+	return signature.AnyOf(verifiers...), nil
+}
+
+// standardWebhooksScheme is the scheme for one signature version; entries of other
+// versions lack its prefix and are skipped, as the specification asks.
+func standardWebhooksScheme(prefix string) signature.Scheme {
+	return signature.Scheme{
+		HeaderSets: standardWebhooksHeaders,
+		Prefix:     prefix,
+		Separator:  " ",
+		Encoding:   v1alpha1.EncodingBase64,
+		Template:   signature.MustTemplate("{id}.{timestamp}.{body}"),
+	}
+}
+
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderStandardWebhooks,
+		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+			return standardWebhooksVerifier(secrets, tolerance)
+		},
+		Preset: Preset{
+			// The id of the header set that verified (webhook-id or svix-id): the other
+			// set's id header is not signed.
+			ID:         `signed.id`,
+			Type:       `body.type`,
+			EntityKey:  `body.data.id`,
+			Amount:     `body.data.amount`,
+			OccurredAt: `body.timestamp`,
+		},
+		Doc: Doc{
+			Scheme:    "HMAC-SHA256 (`v1,`) or Ed25519 (`v1a,`) base64 in `webhook-signature` (or `svix-signature`)",
+			Signed:    "`webhook-id`, `webhook-timestamp` and the body (or the `svix-*` set)",
+			Timestamp: "`webhook-timestamp`",
+			Key:       "`whsec_…` (HMAC) or `whpk_…` (an Ed25519 public key)",
+			Source:    "[Standard Webhooks](#standard-webhooks)",
+		},
+	})
+}

@@ -1,0 +1,40 @@
+package provider
+
+import (
+	"crypto/sha256"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// Stripe signs `{t}.{body}` with HMAC-SHA256 under the whole endpoint secret
+// (`whsec_...`, prefix included) and sends `Stripe-Signature: t=<unix>,v1=<hex>`, one v1
+// per secret during Stripe's own roll.
+func init() {
+	register(Provider{
+		Type: v1alpha1.ProviderStripe,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "Stripe-Signature"}},
+			Composite:  &signature.Composite{PairSeparator: ",", KeyValueSeparator: "=", TimestampKey: "t", SignatureKey: "v1"},
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("{timestamp}.{body}"),
+		},
+		Hash:        sha256.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			ID:         `body.id`,
+			Type:       `body.type`,
+			EntityKey:  `body.data.object.id`,
+			Amount:     `body.data.object.amount`,
+			OccurredAt: `body.created`,
+		},
+		Refetch: true,
+		Doc: Doc{
+			Scheme:    "HMAC-SHA256 hex in `Stripe-Signature: t=…,v1=…`",
+			Signed:    "`t` and the body",
+			Timestamp: "`t`",
+			Key:       "`whsec_…` as shown, used whole",
+			Source:    "[Stripe](#stripe)",
+		},
+	})
+}
