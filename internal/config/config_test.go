@@ -360,4 +360,3 @@ func TestReadManifestRejects(t *testing.T) {
 		t.Errorf("no manifest: err = %v", err)
 	}
 }
-

@@ -24,7 +24,7 @@ func HandlerFor(ep *config.Endpoint, rec Recorder, log logr.Logger) (http.Handle
 		Verifier:     ep.Verifier,
 		Extractor:    ep.Extractor,
 		Recorder:     rec,
-		Ack:          Ack{ContentType: p.Ack.ContentType, Body: p.Ack.Body},
+		Ack:          p.Ack,
 		Handshake:    p.Handshake,
 		Logger:       log,
 	})

@@ -51,14 +51,6 @@ type Recorder interface {
 	RecordBatch(ctx context.Context, events []receipt.Event) ([]receipt.Result, error)
 }
 
-// Ack is the 2xx a provider expects.
-type Ack struct {
-	ContentType string
-	// Body is sent as is when set; otherwise a small JSON says whether the delivery was
-	// a duplicate.
-	Body []byte
-}
-
 // HandlerOptions configure the webhook handler.
 type HandlerOptions struct {
 	// Endpoint is the endpoint key ("namespace/name"), the metrics' endpoint label.
@@ -71,7 +63,9 @@ type HandlerOptions struct {
 	Verifier     signature.Verifier
 	Extractor    Extractor
 	Recorder     Recorder
-	Ack          Ack
+	// Ack is the answer the provider expects to an accepted delivery; zero fields take
+	// 200 and a small JSON that says whether the delivery was a duplicate.
+	Ack provider.Response
 	// Handshake answers a verified endpoint-verification request (ok true) instead of
 	// treating it as a delivery: the provider's (internal/provider). Nil means none.
 	Handshake func(verified *signature.Verified, header http.Header) (provider.Response, bool)
@@ -120,14 +114,24 @@ func NewHandler(opts HandlerOptions) (http.Handler, error) {
 	}, nil
 }
 
+// allowed are the methods the webhook path answers.
+const allowed = http.MethodPost + ", " + http.MethodHead
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if r.URL.Path != h.opts.Path {
 		h.reject(w, http.StatusNotFound, "not found")
 		return
 	}
+	if r.Method == http.MethodHead {
+		// Some providers (Intercom) check a URL with an unsigned HEAD when it is saved:
+		// it is answered 200, and nothing is read, verified or stored.
+		w.Header().Set("Allow", allowed)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
+		w.Header().Set("Allow", allowed)
 		h.reject(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
@@ -300,15 +304,15 @@ func (h *handler) ack(w http.ResponseWriter, start time.Time, events []event.Eve
 	if duplicate {
 		outcome = outcomeDuplicate
 	}
-	body := h.opts.Ack.Body
-	if body == nil {
-		body, _ = json.Marshal(ackJSON{Received: true, Duplicate: duplicate})
+	status, body, contentType := h.opts.Ack.Status, h.opts.Ack.Body, h.opts.Ack.ContentType
+	if status == 0 {
+		status = http.StatusOK
 	}
-	contentType := h.opts.Ack.ContentType
-	if contentType == "" {
+	if body == nil && status != http.StatusNoContent {
+		body, _ = json.Marshal(ackJSON{Received: true, Duplicate: duplicate})
 		contentType = "application/json"
 	}
-	h.respond(w, http.StatusOK, outcome, contentType, body)
+	h.respond(w, status, outcome, contentType, body)
 }
 
 // recorded counts and logs one decision: a delivered event's, or a parked event's that

@@ -408,8 +408,21 @@ func TestOnlyTheConfiguredPathAndPOSTAreServed(t *testing.T) {
 		t.Errorf("POST /elsewhere: %d, want 404", r.code)
 	}
 	r := f.get(f.base + "/hooks")
-	if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != http.MethodPost {
-		t.Errorf("GET /hooks: %d Allow=%q, want 405 Allow=POST", r.code, r.header.Get("Allow"))
+	if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != "POST, HEAD" {
+		t.Errorf("GET /hooks: %d Allow=%q, want 405 Allow=POST, HEAD", r.code, r.header.Get("Allow"))
+	}
+	// A HEAD (Intercom checks a URL with one when it is saved) is 200 and stores nothing.
+	head, err := http.NewRequest(http.MethodHead, f.base+"/hooks", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("HEAD /hooks: %d, want 200", resp.StatusCode)
 	}
 	f.assertNothingStored()
 }

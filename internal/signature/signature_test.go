@@ -242,7 +242,6 @@ func TestSignStandardWebhooksReproducesTheReference(t *testing.T) {
 	}
 }
 
-
 func TestDocumentIsDecidedByTheBytes(t *testing.T) {
 	doc := `{"a":"b&payload=%7B%7D&c"}`
 	cases := []struct {
