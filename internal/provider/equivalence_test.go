@@ -57,7 +57,7 @@ func TestHMACSpecExpressesPresets(t *testing.T) {
 				variants["an hour later"] = func(r *signature.Request) { r.Now = r.Now.Add(time.Hour) }
 				variants["no timestamp"] = func(r *signature.Request) { r.Header.Del(v.TimestampHeader) }
 				variants["timestamp +1s"] = func(r *signature.Request) {
-					_, set := v.timestamp(*r)
+					_, set := v.timestamp(r)
 					ts := r.Header.Get(v.TimestampHeader)
 					set(tamper(ts, len(ts)-1))
 				}

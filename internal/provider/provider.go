@@ -27,9 +27,10 @@ import (
 type Provider struct {
 	// Type is the spec.provider.type value.
 	Type v1alpha1.ProviderType
-	// Scheme is the provider's fixed HMAC scheme under Hash with keys stored as
-	// KeyEncoding; {url} stands for spec.provider.signedURL. Nil when Verifier is its
-	// own code.
+	// Scheme is the provider's fixed scheme, HMAC under Hash with keys stored as
+	// KeyEncoding (or Ed25519, see PublicKeyEncoding); {url} stands for
+	// spec.provider.signedURL. Nil when the provider's Verifier is wholly its own code;
+	// set next to a Verifier that wraps it (HubSpot), so tests and docs can read it.
 	Scheme      *signature.Scheme
 	Hash        func() hash.Hash
 	KeyEncoding v1alpha1.KeyEncoding
@@ -55,6 +56,10 @@ type Provider struct {
 	Handshake func(v *signature.Verified, header http.Header) (Response, bool)
 	// NeedsURL is true when the scheme signs spec.provider.signedURL.
 	NeedsURL bool
+	// BodyUnsigned is true when what the provider sends does not bind the body (GitLab's
+	// X-Gitlab-Token is the shared secret itself): a request with a changed body still
+	// verifies. Doc.Signed must say so.
+	BodyUnsigned bool
 	// Refetch is true when spec.provider.refetch is supported.
 	Refetch bool
 	// Doc is what docs/providers.md says about the provider.
@@ -190,21 +195,24 @@ func Validate(spec v1alpha1.ProviderSpec) []error {
 	if spec.Tolerance != nil && spec.Tolerance.Duration <= 0 {
 		errs = append(errs, expr.Errorf("spec.provider.tolerance", "must be positive, got %s", spec.Tolerance.Duration))
 	}
-	switch {
-	case spec.Type == v1alpha1.ProviderHMAC && spec.HMAC == nil:
-		errs = append(errs, expr.Errorf("spec.provider.hmac", "is required when provider.type is HMAC"))
-	case spec.Type != v1alpha1.ProviderHMAC && spec.HMAC != nil:
-		errs = append(errs, expr.Errorf("spec.provider.hmac", "is only allowed when provider.type is HMAC"))
-	case spec.HMAC != nil:
-		errs = append(errs, validateHMAC(spec)...)
-	}
-	switch {
-	case spec.Type == v1alpha1.ProviderEd25519 && spec.Ed25519 == nil:
-		errs = append(errs, expr.Errorf("spec.provider.ed25519", "is required when provider.type is Ed25519"))
-	case spec.Type != v1alpha1.ProviderEd25519 && spec.Ed25519 != nil:
-		errs = append(errs, expr.Errorf("spec.provider.ed25519", "is only allowed when provider.type is Ed25519"))
-	case spec.Ed25519 != nil:
-		errs = append(errs, validateEd25519(spec)...)
+	// The generic schemes: each block goes with its type and only with it.
+	for _, g := range []struct {
+		typ      v1alpha1.ProviderType
+		field    string
+		set      bool
+		validate func(v1alpha1.ProviderSpec) []error
+	}{
+		{v1alpha1.ProviderHMAC, "hmac", spec.HMAC != nil, validateHMAC},
+		{v1alpha1.ProviderEd25519, "ed25519", spec.Ed25519 != nil, validateEd25519},
+	} {
+		switch {
+		case spec.Type == g.typ && !g.set:
+			errs = append(errs, expr.Errorf("spec.provider."+g.field, "is required when provider.type is %s", g.typ))
+		case spec.Type != g.typ && g.set:
+			errs = append(errs, expr.Errorf("spec.provider."+g.field, "is only allowed when provider.type is %s", g.typ))
+		case g.set:
+			errs = append(errs, g.validate(spec)...)
+		}
 	}
 	if p.NeedsURL && spec.SignedURL == "" {
 		errs = append(errs, expr.Errorf("spec.provider.signedURL", "is required for provider.type %s, which signs the URL it sends to; set it to that URL exactly as configured at %s", spec.Type, spec.Type))

@@ -193,7 +193,7 @@ func TestHMACSpecValidation(t *testing.T) {
 func TestNewRejectsUnusableSpecs(t *testing.T) {
 	secrets := []signature.Secret{{Value: "k"}}
 	for name, spec := range map[string]v1alpha1.ProviderSpec{
-		"unknown type":        {Type: "Paddle"},
+		"unknown type":        {Type: "NoSuchProvider"},
 		"empty type":          {},
 		"HMAC without block":  {Type: v1alpha1.ProviderHMAC},
 		"block with a preset": {Type: v1alpha1.ProviderGitHub, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Sig"}}},

@@ -35,23 +35,26 @@ func standardWebhooksVerifier(secrets []signature.Secret, tolerance time.Duratio
 		}
 	}
 	var verifiers []signature.Verifier
-	if len(symmetric) > 0 {
-		keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyWhsec, symmetric)
+	for _, kind := range []struct {
+		secrets []signature.Secret
+		keyring func([]signature.Secret) (*signature.Keyring, error)
+		prefix  string
+	}{
+		{symmetric, func(s []signature.Secret) (*signature.Keyring, error) {
+			return signature.NewHMACKeyring(sha256.New, v1alpha1.KeyWhsec, s)
+		}, "v1,"},
+		{asymmetric, func(s []signature.Secret) (*signature.Keyring, error) {
+			return signature.NewEd25519Keyring(v1alpha1.PublicKeyWhpk, s)
+		}, "v1a,"},
+	} {
+		if len(kind.secrets) == 0 {
+			continue
+		}
+		keys, err := kind.keyring(kind.secrets)
 		if err != nil {
 			return nil, err
 		}
-		v, err := signature.NewSchemeVerifier(standardWebhooksScheme("v1,"), keys, tolerance)
-		if err != nil {
-			return nil, err
-		}
-		verifiers = append(verifiers, v)
-	}
-	if len(asymmetric) > 0 {
-		keys, err := signature.NewEd25519Keyring(v1alpha1.PublicKeyWhpk, asymmetric)
-		if err != nil {
-			return nil, err
-		}
-		v, err := signature.NewSchemeVerifier(standardWebhooksScheme("v1a,"), keys, tolerance)
+		v, err := signature.NewSchemeVerifier(standardWebhooksScheme(kind.prefix), keys, tolerance)
 		if err != nil {
 			return nil, err
 		}

@@ -126,6 +126,16 @@ func (v vector) isAdyenItemForm() bool {
 	return v.Provider == string(v1alpha1.ProviderAdyen) && v.SignatureHeader == ""
 }
 
+// isMailgun reports whether the vector is Mailgun's: its signature, timestamp and token
+// live in the body's signature object, and the body's event-data is not signed.
+func (v vector) isMailgun() bool { return v.Provider == string(ProviderMailgun) }
+
+// bodyString returns the span of the JSON string member that follows marker in body.
+func bodyString(body []byte, marker string) (start, end int) {
+	start = strings.Index(string(body), marker) + len(marker)
+	return start, start + strings.IndexByte(string(body[start:]), '"')
+}
+
 // wrongSecret returns a secret that decodes under the provider's key encoding but is
 // not the vector's.
 func (v vector) wrongSecret() string {
@@ -215,6 +225,11 @@ func (v vector) tamperSignature(req *signature.Request) {
 		req.Body = []byte(tamper(string(req.Body), i))
 		return
 	}
+	if v.isMailgun() {
+		i, _ := bodyString(req.Body, `"signature":"`)
+		req.Body = []byte(tamper(string(req.Body), i))
+		return
+	}
 	value := req.Header.Get(v.SignatureHeader)
 	start := 0
 	for _, prefix := range []string{"t=", "v1,", "v0=", "sha256=", "sha1="} {
@@ -232,8 +247,14 @@ func (v vector) tamperSignature(req *signature.Request) {
 	req.Header.Set(v.SignatureHeader, tamper(value, start))
 }
 
-// tamperBody changes one byte the signature covers.
+// tamperBody changes one byte the signature covers (for Mailgun, of the token: its
+// event-data is not signed).
 func (v vector) tamperBody(req *signature.Request) {
+	if v.isMailgun() {
+		i, _ := bodyString(req.Body, `"token":"`)
+		req.Body = []byte(tamper(string(req.Body), i))
+		return
+	}
 	if v.isAdyenItemForm() {
 		const marker = `"pspReference":"`
 		i := strings.Index(string(req.Body), marker) + len(marker)
@@ -247,10 +268,16 @@ func (v vector) tamperBody(req *signature.Request) {
 
 // timestamp returns the signed timestamp of the vector as sent and a setter for it; a
 // nil setter when the scheme signs none.
-func (v vector) timestamp(req signature.Request) (string, func(string)) {
-	p, _ := Lookup(v1alpha1.ProviderType(v.Provider))
-	if p.Scheme != nil && p.Scheme.Composite != nil && p.Scheme.Composite.TimestampKey != "" {
-		c := p.Scheme.Composite
+func (v vector) timestamp(req *signature.Request) (string, func(string)) {
+	if v.isMailgun() {
+		start, end := bodyString(req.Body, `"timestamp":"`)
+		return string(req.Body[start:end]), func(s string) {
+			start, end := bodyString(req.Body, `"timestamp":"`)
+			req.Body = []byte(string(req.Body[:start]) + s + string(req.Body[end:]))
+		}
+	}
+	if scheme := v.scheme(); scheme != nil && scheme.Composite != nil && scheme.Composite.TimestampKey != "" {
+		c := scheme.Composite
 		value := req.Header.Get(v.SignatureHeader)
 		var ts string
 		pairs := strings.Split(value, c.PairSeparator)
@@ -315,6 +342,9 @@ func TestVectorsOneByteChanges(t *testing.T) {
 		verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 
 		t.Run("body", func(t *testing.T) {
+			if p, _ := Lookup(v1alpha1.ProviderType(v.Provider)); p.BodyUnsigned {
+				t.Skip("the provider's credential does not bind the body")
+			}
 			req := v.request()
 			v.tamperBody(&req)
 			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
@@ -334,16 +364,17 @@ func TestVectorsOneByteChanges(t *testing.T) {
 		})
 		t.Run("timestamp", func(t *testing.T) {
 			req := v.request()
-			ts, set := v.timestamp(req)
+			ts, set := v.timestamp(&req)
 			if set == nil {
 				t.Skip("the scheme signs no timestamp")
 			}
 			// One second later is still inside the tolerance, so only the MAC catches it.
-			n, err := strconv.ParseInt(ts, 10, 64)
-			if err != nil {
-				t.Fatal(err)
+			format := v.timestampFormat()
+			at, ok := signature.ParseTimestamp(format, ts)
+			if !ok {
+				t.Fatalf("the vector's timestamp %q is not %s", ts, format)
 			}
-			set(strconv.FormatInt(n+1, 10))
+			set(formatTimestamp(format, at.Add(time.Second)))
 			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 	})
@@ -352,7 +383,7 @@ func TestVectorsOneByteChanges(t *testing.T) {
 func TestVectorsTimestampTolerance(t *testing.T) {
 	forEachVector(t, func(t *testing.T, v vector) {
 		req := v.request()
-		ts, set := v.timestamp(req)
+		ts, set := v.timestamp(&req)
 		if set == nil {
 			t.Skip("the scheme signs no timestamp")
 		}
@@ -395,11 +426,11 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 		for _, bad := range []string{"", "-1", "+1700000000", "1.5", "0x10", "１２", "99999999999999999999999"} {
 			t.Run("timestamp "+strconv.Quote(bad), func(t *testing.T) {
 				req := v.request()
-				_, set := v.timestamp(req)
+				_, set := v.timestamp(&req)
 				set(bad)
 				err := verifier.Verify(req)
 				want := signature.ReasonMalformedHeader
-				if p, _ := Lookup(v1alpha1.ProviderType(v.Provider)); bad == "" && (p.Scheme == nil || p.Scheme.Composite == nil) {
+				if scheme := v.scheme(); bad == "" && (scheme == nil || scheme.Composite == nil) {
 					want = signature.ReasonMissingHeader
 				}
 				expectReason(t, err, want, v)
@@ -409,7 +440,7 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 			// A correctly formed but ancient timestamp must fail on tolerance, not slip
 			// through an overflow in the age arithmetic.
 			req := v.request()
-			_, set := v.timestamp(req)
+			_, set := v.timestamp(&req)
 			set(formatTimestamp(format, time.Unix(0, 0)))
 			expectReason(t, verifier.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 			set(formatTimestamp(format, time.Unix(99999999999, 0)))
@@ -488,8 +519,8 @@ func TestVectorsMissingAndDuplicateHeaders(t *testing.T) {
 			req := v.request()
 			req.Header = http.Header{}
 			err := verifier.Verify(req)
-			if v.isAdyenItemForm() {
-				expectReason(t, err, "", v) // the item form carries its signatures in the body
+			if v.isAdyenItemForm() || v.isMailgun() {
+				expectReason(t, err, "", v) // the signatures are in the body
 				return
 			}
 			if err == nil {
@@ -499,7 +530,7 @@ func TestVectorsMissingAndDuplicateHeaders(t *testing.T) {
 		t.Run("nil header map", func(t *testing.T) {
 			req := v.request()
 			req.Header = nil
-			if v.isAdyenItemForm() {
+			if v.isAdyenItemForm() || v.isMailgun() {
 				expectReason(t, verifier.Verify(req), "", v)
 				return
 			}

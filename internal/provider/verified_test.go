@@ -9,7 +9,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
-
 // TestAdyenOpenReturnsOnlyVerifiedItems: the documents of an item-signed Adyen body are
 // the items whose signatures were checked, byte for byte, and nothing else in the body
 // (a form-looking string member) becomes a document.

@@ -1,0 +1,40 @@
+package provider
+
+import (
+	"time"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderClerk is Clerk, whose webhooks Svix delivers.
+const ProviderClerk v1alpha1.ProviderType = "Clerk"
+
+// Clerk sends its webhooks through Svix (Clerk docs, "Webhooks overview" and the
+// verifyWebhook() reference): the Standard Webhooks scheme under the svix-* header
+// names, HMAC-SHA256 over `{svix-id}.{svix-timestamp}.{body}`, base64 `v1,` entries in
+// svix-signature, and a `whsec_` signing secret. It is verified exactly as type
+// StandardWebhooks is (either header set, one set whole); only the presets differ.
+func init() {
+	register(Provider{
+		Type: ProviderClerk,
+		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+			return standardWebhooksVerifier(secrets, tolerance)
+		},
+		Preset: Preset{
+			// svix-id is signed and stays the same when Svix retries a message.
+			ID:        `signed.id`,
+			Type:      `body.type`,
+			EntityKey: `body.data.id`,
+			// Clerk's timestamp is Unix milliseconds.
+			OccurredAt: `int(body.timestamp) / 1000`,
+		},
+		Doc: Doc{
+			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
+			Signed:    "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)",
+			Timestamp: "`svix-timestamp`",
+			Key:       "the endpoint's signing secret, `whsec_…`",
+			Source:    "[Clerk](#clerk)",
+		},
+	})
+}

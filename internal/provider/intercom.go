@@ -1,0 +1,41 @@
+package provider
+
+import (
+	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Intercom signs with; HMAC does not rely on SHA-1's collision resistance.
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderIntercom is the spec.provider.type of Intercom.
+const ProviderIntercom v1alpha1.ProviderType = "Intercom"
+
+// Intercom signs the raw body with HMAC-SHA1 under the app's client secret and sends
+// `X-Hub-Signature: sha1=<hex>` (Intercom API reference, "Signed
+// Notifications"). No header and no timestamp is signed. The notification's id
+// (notif_...) and created_at are body fields, so they are signed.
+func init() {
+	register(Provider{
+		Type: ProviderIntercom,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Hub-Signature"}},
+			Prefix:     "sha1=",
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha1.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			ID:         `body.id`,
+			Type:       `body.topic`,
+			EntityKey:  `body.data.item.id`,
+			OccurredAt: `body.created_at`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA1 hex in `X-Hub-Signature: sha1=…`",
+			Signed: "the body",
+			Key:    "the app's client secret (raw)",
+			Source: "[Intercom](#intercom)",
+		},
+	})
+}

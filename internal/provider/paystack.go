@@ -1,0 +1,43 @@
+package provider
+
+import (
+	"crypto/sha512"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderPaystack is the spec.provider.type of Paystack.
+const ProviderPaystack v1alpha1.ProviderType = "Paystack"
+
+// Paystack signs the raw body with HMAC-SHA512 under the integration's secret key
+// (sk_live_... / sk_test_...) and sends the hex MAC in x-paystack-signature (Paystack
+// docs, "Webhooks", signature validation). No header and no timestamp is signed, and the
+// event envelope ({"event", "data"}) has no event id, so the id is the body digest.
+func init() {
+	register(Provider{
+		Type: ProviderPaystack,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Paystack-Signature"}},
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha512.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			// event + data.id would merge genuine repeats such as two invoice.update
+			// events of one invoice; the digest of the signed body does not.
+			ID:         `signed.digest`,
+			Type:       `body.event`,
+			EntityKey:  `has(body.data.reference) ? body.data.reference : body.data.id`,
+			Amount:     `body.data.amount`,
+			OccurredAt: `has(body.data.paid_at) && body.data.paid_at != null ? body.data.paid_at : body.data.created_at`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA512 hex in `x-paystack-signature`",
+			Signed: "the body",
+			Key:    "the secret key (`sk_live_…` / `sk_test_…`, raw)",
+			Source: "[Paystack](#paystack)",
+		},
+	})
+}

@@ -1,0 +1,50 @@
+package provider
+
+import (
+	"crypto/sha256"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderRazorpay is the spec.provider.type of Razorpay.
+const ProviderRazorpay v1alpha1.ProviderType = "Razorpay"
+
+// Razorpay signs the raw body with HMAC-SHA256 under the webhook secret and sends the hex
+// MAC in X-Razorpay-Signature (Razorpay docs, "Validate and Test Webhooks"). Nothing else
+// is signed: not X-Razorpay-Event-Id, which Razorpay names as the duplicate key, and no
+// timestamp. The body carries no event id either, so the id is the body digest: Razorpay
+// retries and dashboard replays resend the event "exactly as originally generated".
+func init() {
+	register(Provider{
+		Type: ProviderRazorpay,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Razorpay-Signature"}},
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha256.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			// X-Razorpay-Event-Id is not signed: an id read from it would let a replay
+			// under a new header value become a new event.
+			ID:   `signed.digest`,
+			Type: `body.event`,
+			// The order a payment belongs to (payment.*, order.paid, refund.* carry the
+			// payment), else the event's first entity (subscriptions, payouts, ...).
+			EntityKey: `has(body.payload.payment) && has(body.payload.payment.entity.order_id) && body.payload.payment.entity.order_id != null ? ` +
+				`body.payload.payment.entity.order_id : ` +
+				`has(body.payload.order) ? body.payload.order.entity.id : body.payload[body.contains[0]].entity.id`,
+			// The amount of the entity the event is about: the refund for refund.*, the
+			// payment for payment.* and order.paid (paise).
+			Amount:     `body.payload[body.contains[0]].entity.amount`,
+			OccurredAt: `body.created_at`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA256 hex in `X-Razorpay-Signature`",
+			Signed: "the body",
+			Key:    "the webhook secret set in the Dashboard (raw)",
+			Source: "[Razorpay](#razorpay)",
+		},
+	})
+}

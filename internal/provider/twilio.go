@@ -1,0 +1,235 @@
+package provider
+
+import (
+	"bytes"
+	"crypto/sha1" //nolint:gosec // Twilio signs with HMAC-SHA1; HMAC does not rely on SHA-1's collision resistance.
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderTwilio is the spec.provider.type of Twilio.
+const ProviderTwilio v1alpha1.ProviderType = "Twilio"
+
+// HeaderTwilioSignature carries Twilio's base64 HMAC-SHA1.
+const HeaderTwilioSignature = "X-Twilio-Signature"
+
+// twilioVerifier implements Twilio's request signature (Twilio docs, "Webhooks
+// Security", section "Validating signatures from Twilio"): base64 HMAC-SHA1 under the
+// account's Auth Token of the full URL Twilio requested (spec.provider.signedURL)
+// followed, for an application/x-www-form-urlencoded body, by every POST parameter
+// sorted by name, each name immediately followed by its value. For a JSON body Twilio
+// appends a bodySHA256 query parameter (hex SHA-256 of the raw body) to the URL and
+// signs the URL alone; the verifier computes that parameter from the body it received,
+// so the signature covers every byte of a JSON body.
+//
+// Which form a body is, is decided by its bytes (a first non-space byte '{' is JSON,
+// anything else a form), never by the unsigned Content-Type header. Twilio signs no
+// timestamp and no delivery id: a captured request verifies forever.
+type twilioVerifier struct {
+	keys *signature.Keyring
+	// urls are the signed URL as configured, and with the port Twilio's signing may add
+	// or drop (its SDKs accept both, "since sig generation on back-end is inconsistent").
+	urls []string
+}
+
+func init() {
+	register(Provider{
+		Type: ProviderTwilio,
+		Verifier: func(spec v1alpha1.ProviderSpec, secrets []signature.Secret, _ time.Duration) (signature.Verifier, error) {
+			if spec.SignedURL == "" {
+				return nil, errors.New("provider.signedURL is required for Twilio")
+			}
+			keys, err := signature.NewHMACKeyring(sha1.New, v1alpha1.KeyRaw, secrets)
+			if err != nil {
+				return nil, err
+			}
+			return &twilioVerifier{keys: keys, urls: twilioURLVariants(spec.SignedURL)}, nil
+		},
+		NeedsURL: true,
+		Preset: Preset{
+			// The digest of what was signed, not MessageSid:MessageStatus: Twilio joins
+			// names and values without separators, so field boundaries are not signed and
+			// a replay could move them (a MessageSid merged into the field before it, say)
+			// to change any id read from the fields. Every spelling of one signed request
+			// has one digest; each status callback differs at least in its status.
+			ID: `signed.digest`,
+			Type: `has(body.MessageStatus) ? "message." + body.MessageStatus : ` +
+				`has(body.SmsStatus) ? "message." + body.SmsStatus : ` +
+				`has(body.RecordingStatus) ? "recording." + body.RecordingStatus : ` +
+				`has(body.CallStatus) ? "call." + body.CallStatus : ` +
+				`has(body.EventType) ? body.EventType : body.type`,
+			EntityKey: `has(body.MessageSid) ? body.MessageSid : body.CallSid`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA1 base64 in `X-Twilio-Signature`",
+			Signed: "`spec.provider.signedURL` and every form field (names and values, sorted by name, without separators: " +
+				"the boundaries between fields are not signed); for a JSON body the URL with `bodySHA256` (the SHA-256 of the raw body) appended",
+			Key:    "the account's Auth Token (raw)",
+			Source: "[Twilio](#twilio)",
+		},
+	})
+}
+
+func (v *twilioVerifier) Verify(req signature.Request) error {
+	_, err := v.Open(req)
+	return err
+}
+
+// Open verifies the request and returns its document: a JSON body as it is, a form body
+// as a JSON object of its fields (each name once; a repeated name is refused as
+// ambiguous, after the signature checked).
+func (v *twilioVerifier) Open(req signature.Request) (*signature.Verified, error) {
+	keys, ferr := v.keys.Active(req.Now)
+	if ferr != nil {
+		return nil, ferr
+	}
+	value, ferr := signature.SingleHeader(req.Header, HeaderTwilioSignature)
+	if ferr != nil {
+		return nil, ferr
+	}
+	sig, ok := signature.DecodeSignature(v1alpha1.EncodingBase64, value, v.keys.SignatureSize())
+	if !ok {
+		return nil, signature.Fail(signature.ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA1", HeaderTwilioSignature)
+	}
+	if trimmed := bytes.TrimLeft(req.Body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+		return v.openJSON(req, keys, sig)
+	}
+	return v.openForm(req, keys, sig)
+}
+
+// openJSON checks a JSON body: the URL with bodySHA256 appended.
+func (v *twilioVerifier) openJSON(req signature.Request, keys []signature.Key, sig []byte) (*signature.Verified, error) {
+	sum := sha256.Sum256(req.Body)
+	param := "bodySHA256=" + hex.EncodeToString(sum[:])
+	for _, u := range v.urls {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		if _, ok := v.keys.Match(keys, [][]byte{sig}, []byte(u), []byte(sep), []byte(param)); ok {
+			signed := map[string]string{signature.SignedDigest: signature.BodyDigest(req.Body)}
+			return signature.NewVerified(req.Now, []json.RawMessage{req.Body}, signed), nil
+		}
+	}
+	return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s over the signed URL and the body's SHA-256", HeaderTwilioSignature)
+}
+
+// openForm checks a form body: the URL, then each field name and value sorted by name.
+func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, sig []byte) (*signature.Verified, error) {
+	form, err := url.ParseQuery(string(req.Body))
+	if err != nil {
+		return nil, signature.Fail(signature.ReasonMalformedHeader, "the body is neither a JSON object nor a form")
+	}
+	names := make([]string, 0, len(form))
+	for name := range form {
+		// Twilio concatenates without separators, so field boundaries are not signed. A
+		// field name that is empty or starts like a query continuation would let the
+		// signature of a JSON delivery (URL + "&bodySHA256=…") verify a form body made of
+		// that text; Twilio sends no such names.
+		if name == "" || name[0] == '&' || name[0] == '?' {
+			return nil, signature.Fail(signature.ReasonMalformedHeader, "the form has a field name Twilio does not send")
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	parts := make([][]byte, 1, 1+2*len(form))
+	for _, name := range names {
+		// A repeated name: every distinct value, sorted, as Twilio's own libraries sign
+		// repeated parameters (the document is refused below in any case).
+		values := slices.Clone(form[name])
+		slices.Sort(values)
+		for _, value := range slices.Compact(values) {
+			parts = append(parts, []byte(name), []byte(value))
+		}
+	}
+	matched := false
+	for _, u := range v.urls {
+		parts[0] = []byte(u)
+		if _, ok := v.keys.Match(keys, [][]byte{sig}, parts...); ok {
+			matched = true
+			break
+		}
+	}
+	if !matched {
+		return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s over the signed URL and the form fields", HeaderTwilioSignature)
+	}
+	// The raw form bytes are not what is signed: the same fields reordered, re-encoded, or
+	// with the boundaries between names and values moved verify too. The digest is of
+	// the signed text after the URL, which all of them share.
+	signed := map[string]string{signature.SignedDigest: signature.BodyDigest(bytes.Join(parts[1:], nil))}
+	doc, err := twilioFormDocument(form, names)
+	if err != nil {
+		return signature.Unreadable(req.Now, err, signed), nil
+	}
+	return signature.NewVerified(req.Now, []json.RawMessage{doc}, signed), nil
+}
+
+// twilioFormDocument renders the verified form as one JSON object, keys sorted.
+func twilioFormDocument(form url.Values, names []string) (json.RawMessage, error) {
+	fields := make(map[string]string, len(form))
+	for _, name := range names {
+		values := form[name]
+		if len(values) != 1 {
+			return nil, fmt.Errorf("the form repeats the field %q: which value was meant is ambiguous", name)
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(values[0]) {
+			// encoding/json would replace the bytes, recording what Twilio did not sign.
+			return nil, fmt.Errorf("the form field %q is not UTF-8", name)
+		}
+		fields[name] = values[0]
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n")), nil
+}
+
+// twilioURLVariants returns the configured URL and, like Twilio's SDKs, the same URL
+// with the scheme's default port added when it has none, or with its port removed. The
+// URL is edited as text, never re-serialised, so everything else stays byte for byte.
+func twilioURLVariants(configured string) []string {
+	out := []string{configured}
+	scheme, rest, ok := strings.Cut(configured, "://")
+	if !ok {
+		return out
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, tail := rest[:end], rest[end:]
+	userinfo := ""
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		userinfo, authority = authority[:at+1], authority[at+1:]
+	}
+	host, port := authority, ""
+	if i := strings.LastIndexByte(authority, ':'); i >= 0 && !strings.Contains(authority[i:], "]") {
+		host, port = authority[:i], authority[i+1:]
+	}
+	build := func(hostport string) string { return scheme + "://" + userinfo + hostport + tail }
+	if port != "" {
+		out = append(out, build(host))
+	} else {
+		switch strings.ToLower(scheme) {
+		case "https":
+			out = append(out, build(host+":443"))
+		case "http":
+			out = append(out, build(host+":80"))
+		}
+	}
+	return slices.Compact(out)
+}

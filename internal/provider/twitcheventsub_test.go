@@ -1,0 +1,164 @@
+package provider
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+const (
+	twitchIDHeader        = "Twitch-Eventsub-Message-Id"
+	twitchTimestampHeader = "Twitch-Eventsub-Message-Timestamp"
+	twitchSignatureHeader = "Twitch-Eventsub-Message-Signature"
+)
+
+// twitchSign signs id + timestamp + body the way Twitch does, with crypto/hmac.
+func twitchSign(secret, id, timestamp string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(id + timestamp))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+func TestTwitchEventSubChallenge(t *testing.T) {
+	p, _ := Lookup(ProviderTwitchEventSub)
+	v := vectorNamed(t, "twitcheventsub-verification-computed")
+
+	res, ok := p.Handshake(openVector(t, v), http.Header{})
+	if !ok {
+		t.Fatal("a verified webhook_callback_verification was not answered")
+	}
+	if res.Status != http.StatusOK || res.ContentType != "text/plain" || string(res.Body) != "pogchamp-kappa-360noscope-vohiyo" {
+		t.Fatalf("answer %d %q %q", res.Status, res.ContentType, res.Body)
+	}
+
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	for name, forge := range map[string]func(*signature.Request){
+		"unsigned":      func(r *signature.Request) { r.Header.Del(twitchSignatureHeader) },
+		"bad signature": v.tamperSignature,
+		"other secret": func(r *signature.Request) {
+			r.Header.Set(twitchSignatureHeader, twitchSign("an attacker's eventsub secret", r.Header.Get(twitchIDHeader), r.Header.Get(twitchTimestampHeader), r.Body))
+		},
+		"changed challenge": v.tamperBody,
+		"replayed later":    func(r *signature.Request) { r.Now = r.Now.Add(time.Hour) },
+	} {
+		req := v.request()
+		forge(&req)
+		verified, err := verifier.Open(req)
+		if err == nil {
+			t.Fatalf("%s: the challenge verified", name)
+		}
+		if _, ok := p.Handshake(verified, http.Header{}); ok {
+			t.Fatalf("%s: Handshake answered an unverified challenge", name)
+		}
+	}
+
+	// Notifications and revocations are events, whatever the unsigned message type says.
+	for _, name := range []string{"twitcheventsub-notification-computed", "twitcheventsub-revocation-computed"} {
+		verified := openVector(t, vectorNamed(t, name))
+		if _, ok := p.Handshake(verified, http.Header{"Twitch-Eventsub-Message-Type": {"webhook_callback_verification"}}); ok {
+			t.Fatalf("%s was answered as a challenge", name)
+		}
+	}
+}
+
+// TestTwitchEventSubTimestampAsSent covers what the generic vector suite does for Unix
+// timestamps: the RFC 3339 header is signed as sent, so the same instant written
+// otherwise, or one nanosecond later, does not verify; and it bounds replays.
+func TestTwitchEventSubTimestampAsSent(t *testing.T) {
+	v := vectorNamed(t, "twitcheventsub-notification-computed")
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	for _, ts := range []string{
+		"2026-01-01T00:00:00.123456790Z",      // one nanosecond later
+		"2026-01-01T00:00:00.1234567890Z",     // the same instant, another spelling
+		"2026-01-01T00:00:00.123456789+00:00", // the same instant, another zone form
+	} {
+		req := v.request()
+		req.Header.Set(twitchTimestampHeader, ts)
+		if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMismatch {
+			t.Errorf("timestamp %s: want mismatch, got %q", ts, got)
+		}
+	}
+	signedAt := time.Date(2026, 1, 1, 0, 0, 0, 123456789, time.UTC)
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		want signature.Reason
+	}{
+		{"at the signed time", signedAt, ""},
+		{"at the edge of the tolerance", signedAt.Add(5 * time.Minute), ""},
+		{"just past it", signedAt.Add(5*time.Minute + time.Nanosecond), signature.ReasonTimestampOutOfTolerance},
+		{"before a future timestamp's tolerance", signedAt.Add(-5*time.Minute - time.Nanosecond), signature.ReasonTimestampOutOfTolerance},
+	} {
+		req := v.request()
+		req.Now = tc.now
+		if got := signature.ReasonOf(verifier.Verify(req)); got != tc.want {
+			t.Errorf("%s: want %q, got %q", tc.name, tc.want, got)
+		}
+	}
+	// Twitch's own advice is ten minutes; spec.provider.tolerance allows it.
+	spec := v.spec()
+	spec.Tolerance = &metav1.Duration{Duration: 10 * time.Minute}
+	req := v.request()
+	req.Now = signedAt.Add(9 * time.Minute)
+	if err := mustNew(t, spec, signature.Secret{Value: v.Secret}).Verify(req); err != nil {
+		t.Errorf("within a 10m tolerance: %v", err)
+	}
+	for _, bad := range []string{"2026-01-01 00:00:00Z", "1767225600", "2026-01-01T00:00:00"} {
+		req := v.request()
+		req.Header.Set(twitchTimestampHeader, bad)
+		req.Header.Set(twitchSignatureHeader, twitchSign(v.Secret, req.Header.Get(twitchIDHeader), bad, req.Body))
+		if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMalformedHeader {
+			t.Errorf("timestamp %q: want malformed_header, got %q", bad, got)
+		}
+	}
+}
+
+func TestTwitchEventSubPresets(t *testing.T) {
+	p, _ := Lookup(ProviderTwitchEventSub)
+	for _, tc := range []struct {
+		vector, typ, entity string
+	}{
+		{"twitcheventsub-notification-computed", "stream.online", "1337"},
+		{"twitcheventsub-revocation-computed", "revocation.authorization_revoked", "1337"},
+	} {
+		t.Run(tc.vector, func(t *testing.T) {
+			v := vectorNamed(t, tc.vector)
+			verified := openVector(t, v)
+			docs, err := verified.Documents()
+			if err != nil || len(docs) != 1 {
+				t.Fatalf("documents: %v", err)
+			}
+			vals := evaluatePresets(t, p, docs[0], verified.Signed())
+			if got := presetString(t, vals, "id"); got != v.Headers[twitchIDHeader] {
+				t.Errorf("id %q, want the signed message id", got)
+			}
+			if got := presetString(t, vals, "type"); got != tc.typ {
+				t.Errorf("type %q, want %q", got, tc.typ)
+			}
+			if got := presetString(t, vals, "entityKey"); got != tc.entity {
+				t.Errorf("entityKey %q, want %q", got, tc.entity)
+			}
+			if got := presetTime(t, vals, "occurredAt"); !got.Equal(time.Unix(1767225600, 0)) {
+				t.Errorf("occurredAt %s", got)
+			}
+		})
+	}
+	// A subscription without a broadcaster (user.update) is its own entity.
+	vals := evaluatePresets(t, p,
+		[]byte(`{"subscription":{"id":"sub-1","status":"user_removed","type":"user.update","condition":{"user_id":"42"}}}`),
+		map[string]string{signature.SignedID: "m-1", signature.SignedTimestamp: "1767225600"})
+	if got := presetString(t, vals, "entityKey"); got != "sub-1" {
+		t.Errorf("entityKey %q", got)
+	}
+	if got := presetString(t, vals, "type"); got != "revocation.user_removed" {
+		t.Errorf("type %q", got)
+	}
+}

@@ -1,0 +1,41 @@
+package provider
+
+import (
+	"crypto/sha256"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderTypeform is the spec.provider.type of Typeform.
+const ProviderTypeform v1alpha1.ProviderType = "Typeform"
+
+// Typeform signs the raw body with HMAC-SHA256 under the secret set on the webhook and
+// sends `Typeform-Signature: sha256=<base64>` (Typeform docs, "Secure your webhooks").
+// No header and no timestamp is signed; event_id, event_type and the response's
+// submitted_at are body fields.
+func init() {
+	register(Provider{
+		Type: ProviderTypeform,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "Typeform-Signature"}},
+			Prefix:     "sha256=",
+			Encoding:   v1alpha1.EncodingBase64,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha256.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			ID:         `body.event_id`,
+			Type:       `body.event_type`,
+			EntityKey:  `body.form_response.token`,
+			OccurredAt: `body.form_response.submitted_at`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA256 base64 in `Typeform-Signature: sha256=…`",
+			Signed: "the body",
+			Key:    "the webhook's `secret` (raw)",
+			Source: "[Typeform](#typeform)",
+		},
+	})
+}

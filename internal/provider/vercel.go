@@ -1,0 +1,40 @@
+package provider
+
+import (
+	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Vercel signs with; HMAC does not rely on SHA-1's collision resistance.
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature"
+)
+
+// ProviderVercel is the spec.provider.type of Vercel.
+const ProviderVercel v1alpha1.ProviderType = "Vercel"
+
+// Vercel signs the raw body with HMAC-SHA1 under the webhook's secret (an account
+// webhook's secret, or an integration's client secret) and sends the hex MAC in
+// x-vercel-signature (Vercel docs, "Webhooks API Reference"). No header and no timestamp
+// is signed; the id, type and createdAt (Unix milliseconds) are body fields.
+func init() {
+	register(Provider{
+		Type: ProviderVercel,
+		Scheme: &signature.Scheme{
+			HeaderSets: []signature.HeaderSet{{Signature: "X-Vercel-Signature"}},
+			Encoding:   v1alpha1.EncodingHex,
+			Template:   signature.MustTemplate("{body}"),
+		},
+		Hash:        sha1.New,
+		KeyEncoding: v1alpha1.KeyRaw,
+		Preset: Preset{
+			ID:         `body.id`,
+			Type:       `body.type`,
+			EntityKey:  `has(body.payload.deployment) ? body.payload.deployment.id : body.payload.project.id`,
+			OccurredAt: `int(body.createdAt) / 1000`,
+		},
+		Doc: Doc{
+			Scheme: "HMAC-SHA1 hex in `x-vercel-signature`",
+			Signed: "the body",
+			Key:    "the webhook's secret, or the integration's client secret (raw)",
+			Source: "[Vercel](#vercel)",
+		},
+	})
+}
