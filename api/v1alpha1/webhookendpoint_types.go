@@ -6,7 +6,7 @@ import (
 )
 
 // ProviderType names a webhook signature scheme and its payload conventions.
-// +kubebuilder:validation:Enum=Stripe;Adyen;GitHub;StandardWebhooks;Shopify;Slack;HMAC;Ed25519;Paddle;Calendly;Razorpay;Paystack;Square;Zoom;Intercom;Linear;Typeform;TwitchEventSub;Discord;Vercel;PagerDuty;HubSpot;GitLab;Clerk;Resend;Mailgun;Twilio
+// +kubebuilder:validation:Enum=Stripe;Adyen;GitHub;StandardWebhooks;Shopify;Slack;HMAC;Ed25519;Paddle;Calendly;Razorpay;Paystack;Square;Zoom;Intercom;Linear;Typeform;TwitchEventSub;Discord;Vercel;PagerDuty;HubSpot;GitLab;Bitbucket;Clerk;Resend;Mailgun;Twilio
 type ProviderType string
 
 // The supported providers.
