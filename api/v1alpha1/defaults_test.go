@@ -22,7 +22,7 @@ import (
 // The CRD's +kubebuilder:default markers cannot name the Go constants, so this test is
 // what binds them: every minimal endpoint below, stored by a real API server and read
 // back, must equal the same endpoint defaulted by WebhookEndpointSpec.Default. The cases
-// reach every optional object that has defaults of its own (hmac, refetch, serviceRef,
+// reach every optional object that has defaults of its own (hmac, its composite, ed25519, refetch, serviceRef,
 // entity.table, networkPolicy.egress). It also keeps GitOps tools free of drift: what
 // they apply is what they read back, defaults included.
 func TestDefaultsMatchTheAPIServer(t *testing.T) {
@@ -37,6 +37,14 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 		"minimal": func(*v1alpha1.WebhookEndpoint) {},
 		"hmac provider": func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Signature"}}}
+		},
+		"hmac composite provider": func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderHMAC, HMAC: &v1alpha1.HMACSpec{SchemeSpec: v1alpha1.SchemeSpec{
+				Header: "Paddle-Signature", SignedContent: "{timestamp}:{body}", Composite: &v1alpha1.CompositeSpec{TimestampKey: "ts", SignatureKey: "h1"},
+			}}}
+		},
+		"ed25519 provider": func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Provider = v1alpha1.ProviderSpec{Type: v1alpha1.ProviderEd25519, Ed25519: &v1alpha1.Ed25519Spec{SchemeSpec: v1alpha1.SchemeSpec{Header: "X-Signature-Ed25519"}}}
 		},
 		"refetch, serviceRef, app table, egress": func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: ref("stripe", "api-key"), Transitions: []string{"capture"}}
