@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -36,7 +34,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return &adyenVerifier{keys: keys}, nil
+			return verifierOf{&adyenVerifier{keys: keys}}, nil
 		},
 		Preset: Preset{
 			ID:         `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
@@ -75,85 +73,12 @@ func (it adyenItem) signedParts() [][]byte {
 	return parts
 }
 
-var errNotObject = errors.New("not a JSON object")
-
-// decodeObject decodes one JSON object into its members. It rejects trailing data and
-// duplicate keys, with foldCase also keys that differ only in case: Go's encoding/json
-// matches struct fields ignoring case and keeps the last match, so "NotificationItems"
-// next to "notificationItems" would let a struct decoder elsewhere act on items this
-// package never verified.
-func decodeObject(raw []byte, foldCase bool) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errNotObject
-	}
-	members := map[string]json.RawMessage{}
-	folded := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, errNotObject
-		}
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return nil, err
-		}
-		if _, dup := members[key]; dup {
-			return nil, errors.New("duplicate object key")
-		}
-		if foldCase {
-			fold := foldKey(key)
-			if folded[fold] {
-				return nil, errors.New("duplicate object key (keys are compared ignoring case)")
-			}
-			folded[fold] = true
-		}
-		members[key] = value
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the JSON object")
-	}
-	return members, nil
-}
-
-// foldKey maps keys that Go's case-insensitive field matching would confuse to one value
-// (upper then lower also folds the long s and the Kelvin sign).
-func foldKey(key string) string { return strings.ToLower(strings.ToUpper(key)) }
-
-func isNull(raw json.RawMessage) bool {
-	return raw == nil || string(bytes.TrimSpace(raw)) == "null"
-}
-
 // optionalObject decodes a member that may be absent or null.
 func optionalObject(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	if isNull(raw) {
 		return map[string]json.RawMessage{}, nil
 	}
 	return decodeObject(raw, true)
-}
-
-// stringField renders a string member; absent or null is the empty string, as in Adyen's
-// own libraries.
-func stringField(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", errors.New("expected a string")
-	}
-	return s, nil
 }
 
 // integerField renders amount.value exactly as it appears: an integer literal in minor
@@ -274,11 +199,6 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 	return it, nil
 }
 
-func (v *adyenVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
-}
-
 // Open returns the notification items as the documents: with the HmacSignature header,
 // the items of the signed body; without it, exactly the items whose own signatures were
 // checked, as they appear in the body. The body is parsed once, here, as JSON whatever
@@ -290,13 +210,9 @@ func (v *adyenVerifier) Open(req signature.Request) (*signature.Verified, error)
 	}
 	size := v.keys.SignatureSize()
 	if signature.Present(req.Header, HeaderAdyenHmacSignature) || len(req.Header.Values(HeaderAdyenHmacSignature)) > 1 {
-		value, ferr := signature.SingleHeader(req.Header, HeaderAdyenHmacSignature)
+		sig, ferr := headerSignature(req.Header, HeaderAdyenHmacSignature, v1alpha1.EncodingBase64, size, "a base64 HMAC-SHA256")
 		if ferr != nil {
 			return nil, ferr
-		}
-		sig, ok := signature.DecodeSignature(v1alpha1.EncodingBase64, value, size)
-		if !ok {
-			return nil, signature.Fail(signature.ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA256", HeaderAdyenHmacSignature)
 		}
 		if _, ok := v.keys.Match(keys, [][]byte{sig}, req.Body); !ok {
 			return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s", HeaderAdyenHmacSignature)

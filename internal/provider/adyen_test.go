@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -39,9 +38,7 @@ func (it adyenTestItem) sign(t testing.TB, hexKey string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(it.signingString()))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+	return base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, it.signingString()))
 }
 
 func (it adyenTestItem) json(signature string) map[string]any {
@@ -227,10 +224,8 @@ func TestAdyenHmacSignatureHeaderTakesPrecedence(t *testing.T) {
 	// A batch body whose items are unsigned verifies through the header alone ...
 	body := adyenBatch(t, adyenAuth.json(""))
 	key, _ := hex.DecodeString(v.Secret)
-	m := hmac.New(sha256.New, key)
-	m.Write(body)
 	req := adyenRequest(body)
-	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, string(body))))
 	if err := verifier.Verify(req); err != nil {
 		t.Fatalf("header form over a batch body: %v", err)
 	}
@@ -255,10 +250,8 @@ func init() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := hmac.New(sha256.New, key)
-		m.Write(body)
 		req := signature.Request{Header: http.Header{}, Body: body, Method: http.MethodPost, Now: now}
-		req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(m.Sum(nil)))
+		req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, string(body))))
 		return signed{spec: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secret: adyenKeyA, req: req}
 	}
 }

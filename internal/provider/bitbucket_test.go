@@ -17,21 +17,21 @@ func TestBitbucketPresets(t *testing.T) {
 		"X-Hook-UUID": "{9d1b1c2e-3f4a-4b5c-8d6e-7f8091a2b3c4}", "X-Attempt-Number": "1",
 	}
 	digest := signature.BodyDigest([]byte(v.Body))
-	want := evaluatedPresets{
+	want := presetValues{
 		ID:         "pullrequest:created:" + digest,
 		Type:       "pullrequest:created",
 		EntityKey:  "https://bitbucket.org/acme/shop/pull-requests/42",
-		OccurredAt: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		OccurredAt: presetPtr(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)),
 	}
-	expectPresets(t, evalPresets(t, s, headers), want)
+	expectPresetValues(t, presetValuesOf(t, s, headers), want)
 
 	// A retry or a replay under another request id is the same event.
 	headers["X-Request-UUID"], headers["X-Attempt-Number"] = "0f0e0d0c-0b0a-4909-8807-060504030201", "2"
-	expectPresets(t, evalPresets(t, s, headers), want)
+	expectPresetValues(t, presetValuesOf(t, s, headers), want)
 
 	// The same body under another event key is another event of that type: guard
 	// transitions on signed body fields (event.body.pullrequest.state).
 	headers["X-Event-Key"] = "pullrequest:fulfilled"
 	want.ID, want.Type = "pullrequest:fulfilled:"+digest, "pullrequest:fulfilled"
-	expectPresets(t, evalPresets(t, s, headers), want)
+	expectPresetValues(t, presetValuesOf(t, s, headers), want)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestCalendlyPresets(t *testing.T) {
-	r := presetVector(t, "calendly", "calendly-computed")
+	r := presetVector(t, "calendly-computed")
 	got := r.extract(t)
 	assertPresetEvent(t, got, event.Event{
 		// Calendly's body has no event id: the id is the digest of the signed body.

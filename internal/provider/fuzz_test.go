@@ -2,7 +2,6 @@ package provider
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,14 +46,6 @@ func checkOutcome(t *testing.T, err error) bool {
 		t.Fatalf("unexpected error %T %v", err, err)
 	}
 	return false
-}
-
-func oracleMAC(newHash func() hash.Hash, key []byte, parts ...string) []byte {
-	m := hmac.New(newHash, key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-	}
-	return m.Sum(nil)
 }
 
 func flipped(body []byte) []byte {

@@ -44,7 +44,7 @@ type gitlabToken struct {
 	digest [sha256.Size]byte
 }
 
-func newGitLabVerifier(secrets []signature.Secret) (*gitlabVerifier, error) {
+func newGitLabVerifier(secrets []signature.Secret) (signature.Verifier, error) {
 	all, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyRaw, secrets)
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func newGitLabVerifier(secrets []signature.Secret) (*gitlabVerifier, error) {
 		}
 		v.tokens = append(v.tokens, gitlabToken{keys: keys, digest: sha256.Sum256([]byte(s.Value))})
 	}
-	return v, nil
+	return verifierOf{v}, nil
 }
 
 func init() {
@@ -88,11 +88,6 @@ func init() {
 			Source: "[GitLab](#gitlab)",
 		},
 	})
-}
-
-func (v *gitlabVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
 }
 
 // Open compares the token with every active secret and returns the body as the document.

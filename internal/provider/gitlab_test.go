@@ -84,33 +84,33 @@ func TestGitLabToken(t *testing.T) {
 func TestGitLabPresets(t *testing.T) {
 	v := vectorNamed(t, "gitlab-token")
 	unsigned := map[string]string{"X-Gitlab-Event": "Merge Request Hook", "X-Gitlab-Event-UUID": "13792a34-cac6-4fda-95a8-c58e00a3954e"}
-	want := evaluatedPresets{
+	want := presetValues{
 		ID:        signature.BodyDigest([]byte(v.Body)),
 		Type:      "merge_request.open",
 		EntityKey: "http://example.com/diaspora/merge_requests/1",
 	}
-	expectPresets(t, evalPresets(t, vectorSigned(v), unsigned), want)
+	expectPresetValues(t, presetValuesOf(t, vectorSigned(v), unsigned), want)
 	unsigned["X-Gitlab-Event-UUID"] = "another"
-	expectPresets(t, evalPresets(t, vectorSigned(v), unsigned), want)
+	expectPresetValues(t, presetValuesOf(t, vectorSigned(v), unsigned), want)
 
 	now := time.Unix(v.Now, 0)
 	for _, tc := range []struct {
 		name, body string
-		want       evaluatedPresets
+		want       presetValues
 	}{
 		{"push: no object_attributes", `{"object_kind":"push","ref":"refs/heads/master","project":{"path_with_namespace":"mike/diaspora"}}`,
-			evaluatedPresets{Type: "push", EntityKey: "mike/diaspora"}},
+			presetValues{Type: "push", EntityKey: "mike/diaspora"}},
 		{"pipeline: object_attributes without action", `{"object_kind":"pipeline","object_attributes":{"id":31,"status":"success"},"project":{"path_with_namespace":"g/p"}}`,
-			evaluatedPresets{Type: "pipeline", EntityKey: "g/p"}},
+			presetValues{Type: "pipeline", EntityKey: "g/p"}},
 		{"a null action", `{"object_kind":"issue","object_attributes":{"action":null,"url":"http://example.com/g/p/-/issues/1"}}`,
-			evaluatedPresets{Type: "issue", EntityKey: "http://example.com/g/p/-/issues/1"}},
+			presetValues{Type: "issue", EntityKey: "http://example.com/g/p/-/issues/1"}},
 		{"a system hook without object_kind", `{"event_name":"project_create","path_with_namespace":"g/p"}`,
-			evaluatedPresets{Type: "project_create"}},
+			presetValues{Type: "project_create"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := customSigners[ProviderGitLab](t, []byte(tc.body), now)
 			tc.want.ID = signature.BodyDigest([]byte(tc.body))
-			expectPresets(t, evalPresets(t, s, nil), tc.want)
+			expectPresetValues(t, presetValuesOf(t, s, nil), tc.want)
 		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -79,14 +78,9 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return &hubspotVerifier{scheme: inner}, nil
+		return verifierOf{&hubspotVerifier{scheme: inner}}, nil
 	}
 	register(p)
-}
-
-func (v *hubspotVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
 }
 
 // Open verifies the signature, then returns each element of the body's array as one
@@ -129,7 +123,7 @@ func hubspotEvents(body []byte) ([]json.RawMessage, error) {
 	if _, err := dec.Token(); err != nil { // the closing bracket
 		return nil, errors.New("the array is not closed")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if !atEnd(dec) {
 		return nil, errors.New("data after the JSON array")
 	}
 	if len(docs) == 0 {

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
@@ -23,12 +22,9 @@ const (
 // method + URI + body + millisecond timestamp.
 func hubspotSign(secret, method, uri string, body []byte, now time.Time) signature.Request {
 	ts := strconv.FormatInt(now.UnixMilli(), 10)
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(method + uri))
-	m.Write(body)
-	m.Write([]byte(ts))
+	mac := oracleMAC(sha256.New, []byte(secret), method+uri, string(body), ts)
 	req := signature.Request{Header: http.Header{}, Body: body, Method: method, Now: now}
-	req.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	req.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(mac))
 	req.Header.Set("X-HubSpot-Request-Timestamp", ts)
 	return req
 }
@@ -77,7 +73,7 @@ func TestHubSpotBatch(t *testing.T) {
 		{"62515:2881779:1852740154:1767225599112", "deal.propertyChange", "deal:18436011927"},
 	}
 	for i, doc := range docs {
-		vals := evaluatePresets(t, p, doc, signedValues)
+		vals := evaluatePresets(t, p, doc, nil, signedValues)
 		if got := presetString(t, vals, "id"); got != want[i].id {
 			t.Errorf("event %d: id %q, want %q", i, got, want[i].id)
 		}
@@ -101,11 +97,11 @@ func TestHubSpotBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	retryDocs, _ := retried.Documents()
-	if got := presetString(t, evaluatePresets(t, p, retryDocs[0], retried.Signed()), "id"); got != want[0].id {
+	if got := presetString(t, evaluatePresets(t, p, retryDocs[0], nil, retried.Signed()), "id"); got != want[0].id {
 		t.Errorf("the retried event's id %q, want %q", got, want[0].id)
 	}
 	// Generic (object.*) subscriptions name the object type in objectTypeId.
-	generic := evaluatePresets(t, p, []byte(`{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1767225598741,"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":4}`), signedValues)
+	generic := evaluatePresets(t, p, []byte(`{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1767225598741,"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":4}`), nil, signedValues)
 	if got := presetString(t, generic, "entityKey"); got != "0-3:4" {
 		t.Errorf("generic entityKey %q", got)
 	}

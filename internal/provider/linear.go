@@ -41,7 +41,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return &linearVerifier{keys: keys, tolerance: tolerance}, nil
+			return verifierOf{&linearVerifier{keys: keys, tolerance: tolerance}}, nil
 		},
 		Preset: Preset{
 			// Linear-Delivery is not signed, and webhookTimestamp is the time of sending, so
@@ -65,11 +65,6 @@ func init() {
 	})
 }
 
-func (v *linearVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
-}
-
 // Open checks the MAC over the raw body, then the signed webhookTimestamp; the body is
 // parsed only after it is authenticated.
 func (v *linearVerifier) Open(req signature.Request) (*signature.Verified, error) {
@@ -77,13 +72,9 @@ func (v *linearVerifier) Open(req signature.Request) (*signature.Verified, error
 	if ferr != nil {
 		return nil, ferr
 	}
-	value, ferr := signature.SingleHeader(req.Header, HeaderLinearSignature)
+	sig, ferr := headerSignature(req.Header, HeaderLinearSignature, v1alpha1.EncodingHex, v.keys.SignatureSize(), "a hex HMAC-SHA256")
 	if ferr != nil {
 		return nil, ferr
-	}
-	sig, ok := signature.DecodeSignature(v1alpha1.EncodingHex, value, v.keys.SignatureSize())
-	if !ok {
-		return nil, signature.Fail(signature.ReasonMalformedHeader, "header %s is not a hex HMAC-SHA256", HeaderLinearSignature)
 	}
 	if _, ok := v.keys.Match(keys, [][]byte{sig}, req.Body); !ok {
 		return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s", HeaderLinearSignature)

@@ -3,7 +3,6 @@ package provider
 import (
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
@@ -40,7 +39,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return &mailgunVerifier{keys: keys, tolerance: tolerance}, nil
+			return verifierOf{&mailgunVerifier{keys: keys, tolerance: tolerance}}, nil
 		},
 		Preset: Preset{
 			// The token is the only signed value that identifies a delivery; event-data,
@@ -59,11 +58,6 @@ func init() {
 			Source:    "[Mailgun](#mailgun)",
 		},
 	})
-}
-
-func (v *mailgunVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
 }
 
 // Open verifies the signature object of the body and returns the whole body as the
@@ -97,7 +91,7 @@ func (v *mailgunVerifier) Open(req signature.Request) (*signature.Verified, erro
 	}
 	fields := map[string]string{}
 	for _, name := range []string{"timestamp", "token", "signature"} {
-		s, err := mailgunString(sigObject[name])
+		s, err := stringField(sigObject[name])
 		if err != nil {
 			return nil, signature.Fail(signature.ReasonMalformedHeader, "signature.%s: %v", name, err)
 		}
@@ -115,7 +109,7 @@ func (v *mailgunVerifier) Open(req signature.Request) (*signature.Verified, erro
 		candidates = append(candidates, sig)
 	}
 	if raw, present := sigObject["parent-signature"]; present && !isNull(raw) {
-		parent, err := mailgunString(raw)
+		parent, err := stringField(raw)
 		if err != nil {
 			return nil, signature.Fail(signature.ReasonMalformedHeader, "signature.parent-signature: %v", err)
 		}
@@ -142,18 +136,4 @@ func (v *mailgunVerifier) decode(s string) ([]byte, bool) {
 		return nil, false
 	}
 	return signature.DecodeSignature(v1alpha1.EncodingHex, s, v.keys.SignatureSize())
-}
-
-// mailgunString reads a member that must be a JSON string when present; absent or null
-// is the empty string. Mailgun sends the timestamp as a string too (its Go SDK decodes it
-// into one).
-func mailgunString(raw json.RawMessage) (string, error) {
-	if isNull(raw) {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", errors.New("expected a string")
-	}
-	return s, nil
 }

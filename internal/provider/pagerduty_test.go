@@ -12,7 +12,7 @@ import (
 
 func TestPagerDutyPresets(t *testing.T) {
 	t.Run("published incident.priority_updated", func(t *testing.T) {
-		got := presetVector(t, "pagerduty", "pagerduty-go-client").extract(t)
+		got := presetVector(t, "pagerduty-go-client").extract(t)
 		assertPresetEvent(t, got, event.Event{
 			ID: "01BWDWL3NYY7LUFPZCC28QUCMK", Type: "incident.priority_updated", EntityKey: "PGR0VU2",
 			OccurredAt: presetTime(t, "2021-04-26T17:36:27.458Z"),

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"crypto/ed25519"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
@@ -29,9 +28,7 @@ func init() {
 			req.Header.Set(HeaderWebhookSignature, "v1,bm90IHRoaXMgb25l v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(private, msg)))
 			return signed{spec: spec, secret: encodePublicKey(t, v1alpha1.PublicKeyWhpk, private.Public().(ed25519.PublicKey)), req: req}
 		}
-		m := hmac.New(sha256.New, []byte(fuzzHMACKey))
-		m.Write(msg)
-		req.Header.Set(HeaderWebhookSignature, "v1a,bm90IHRoaXMgb25l v1,"+base64.StdEncoding.EncodeToString(m.Sum(nil)))
+		req.Header.Set(HeaderWebhookSignature, "v1a,bm90IHRoaXMgb25l v1,"+base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, []byte(fuzzHMACKey), string(msg))))
 		return signed{spec: spec, secret: encodeKey(t, v1alpha1.KeyWhsec, []byte(fuzzHMACKey)), req: req}
 	}
 }

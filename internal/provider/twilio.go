@@ -54,7 +54,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return &twilioVerifier{keys: keys, urls: twilioURLVariants(spec.SignedURL)}, nil
+			return verifierOf{&twilioVerifier{keys: keys, urls: twilioURLVariants(spec.SignedURL)}}, nil
 		},
 		NeedsURL: true,
 		Preset: Preset{
@@ -81,11 +81,6 @@ func init() {
 	})
 }
 
-func (v *twilioVerifier) Verify(req signature.Request) error {
-	_, err := v.Open(req)
-	return err
-}
-
 // Open verifies the request and returns its document: a JSON body as it is, a form body
 // as a JSON object of its fields (each name once; a repeated name is refused as
 // ambiguous, after the signature checked).
@@ -94,13 +89,9 @@ func (v *twilioVerifier) Open(req signature.Request) (*signature.Verified, error
 	if ferr != nil {
 		return nil, ferr
 	}
-	value, ferr := signature.SingleHeader(req.Header, HeaderTwilioSignature)
+	sig, ferr := headerSignature(req.Header, HeaderTwilioSignature, v1alpha1.EncodingBase64, v.keys.SignatureSize(), "a base64 HMAC-SHA1")
 	if ferr != nil {
 		return nil, ferr
-	}
-	sig, ok := signature.DecodeSignature(v1alpha1.EncodingBase64, value, v.keys.SignatureSize())
-	if !ok {
-		return nil, signature.Fail(signature.ReasonMalformedHeader, "header %s is not a base64 HMAC-SHA1", HeaderTwilioSignature)
 	}
 	if trimmed := bytes.TrimLeft(req.Body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
 		return v.openJSON(req, keys, sig)

@@ -15,10 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/cel-go/cel"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/expr"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
@@ -54,9 +51,7 @@ func twilioSignJSON(token, u string, body []byte) string {
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	m := hmac.New(sha1.New, []byte(token))
-	m.Write([]byte(u + sep + "bodySHA256=" + hex.EncodeToString(sum[:])))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+	return base64.StdEncoding.EncodeToString(oracleMAC(sha1.New, []byte(token), u+sep+"bodySHA256="+hex.EncodeToString(sum[:])))
 }
 
 func init() {
@@ -333,57 +328,15 @@ func TestTwilioURLVariants(t *testing.T) {
 	}
 }
 
-// twilioPresets evaluates the provider's presets over a verified request as the
-// extractor does (body, headers, signed), without importing internal/config (which
-// imports this package).
-func twilioPresets(t *testing.T, p *Provider, verified *signature.Verified) map[string]any {
-	t.Helper()
-	env, err := expr.NewEnv(
-		cel.Variable("body", cel.DynType),
-		cel.Variable("headers", cel.MapType(cel.StringType, cel.StringType)),
-		cel.Variable("signed", cel.MapType(cel.StringType, cel.StringType)),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := verified.Documents()
-	if err != nil || len(docs) != 1 {
-		t.Fatalf("documents: %v", err)
-	}
-	body, err := expr.DecodeJSON(docs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]any{"body": body, "headers": map[string]string{}, "signed": verified.Signed()}
-	out := map[string]any{}
-	for name, src := range map[string]string{"id": p.Preset.ID, "type": p.Preset.Type, "entityKey": p.Preset.EntityKey,
-		"amount": p.Preset.Amount, "occurredAt": p.Preset.OccurredAt} {
-		if src == "" {
-			continue
-		}
-		prg, err := expr.Compile(env, "preset."+name, src, nil, nil)
-		if err != nil {
-			t.Fatalf("preset %s does not compile: %v", name, err)
-		}
-		val, err := prg.Eval(vars)
-		if err != nil {
-			out[name] = err
-			continue
-		}
-		out[name] = val.Value()
-	}
-	return out
-}
-
 func TestTwilioPresets(t *testing.T) {
-	p, _ := Lookup(ProviderTwilio)
 	open := func(t *testing.T, form url.Values) (*signature.Verified, map[string]any) {
 		t.Helper()
-		verified, err := twilioVerifierAt(t, twilioURL).Open(twilioRequest(form.Encode(), twilioSignForm(twilioToken, twilioURL, form)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return verified, twilioPresets(t, p, verified)
+		vals, verified := presetsOfSigned(t, signed{
+			spec:   v1alpha1.ProviderSpec{Type: ProviderTwilio, SignedURL: twilioURL},
+			secret: twilioToken,
+			req:    twilioRequest(form.Encode(), twilioSignForm(twilioToken, twilioURL, form)),
+		}, nil)
+		return verified, vals.raw()
 	}
 	for _, tc := range []struct {
 		vector, typ, entity string
@@ -393,11 +346,8 @@ func TestTwilioPresets(t *testing.T) {
 	} {
 		t.Run(tc.vector, func(t *testing.T) {
 			v := vectorNamed(t, tc.vector)
-			verified, err := mustNew(t, v.spec(), signature.Secret{Value: v.Secret}).Open(v.request())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := twilioPresets(t, p, verified)
+			vals, verified := presetsOfSigned(t, vectorSigned(v), nil)
+			got := vals.raw()
 			if got["id"] != verified.Signed()[signature.SignedDigest] || got["type"] != tc.typ || got["entityKey"] != tc.entity {
 				t.Fatalf("presets %v, want the signed digest, type %s, entityKey %s", got, tc.typ, tc.entity)
 			}

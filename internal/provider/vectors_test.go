@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -394,33 +392,16 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 		}
 		verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
 
-		for _, tc := range []struct {
-			name string
-			now  time.Time
-			want signature.Reason
-		}{
+		expectTolerance(t, verifier, v, []toleranceCase{
 			{"at the signed time", signed, ""},
 			{"at the edge of the default tolerance", signed.Add(v1alpha1.DefaultTolerance), ""},
 			{"just past the tolerance", signed.Add(v1alpha1.DefaultTolerance + time.Second), signature.ReasonTimestampOutOfTolerance},
 			{"just before a future timestamp's tolerance", signed.Add(-v1alpha1.DefaultTolerance - time.Second), signature.ReasonTimestampOutOfTolerance},
 			{"a day later (replay)", signed.Add(24 * time.Hour), signature.ReasonTimestampOutOfTolerance},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				req := v.request()
-				req.Now = tc.now
-				expectReason(t, verifier.Verify(req), tc.want, v)
-			})
-		}
+		})
 
 		t.Run("spec tolerance is honoured", func(t *testing.T) {
-			spec := v.spec()
-			spec.Tolerance = &metav1.Duration{Duration: 10 * time.Second}
-			narrow := mustNew(t, spec, signature.Secret{Value: v.Secret})
-			req := v.request()
-			req.Now = signed.Add(11 * time.Second)
-			expectReason(t, narrow.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
-			req.Now = signed.Add(10 * time.Second)
-			expectReason(t, narrow.Verify(req), "", v)
+			expectSpecTolerance(t, v, signed, 10*time.Second)
 		})
 
 		for _, bad := range []string{"", "-1", "+1700000000", "1.5", "0x10", "１２", "99999999999999999999999"} {
