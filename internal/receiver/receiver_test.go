@@ -29,6 +29,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -773,5 +774,42 @@ func TestSlackURLVerificationIsAnsweredAfterVerificationAndNotStored(t *testing.
 	f.assertNothingStored()
 	if n := f.requests("200", "handshake"); n != 1 {
 		t.Fatalf("handshake requests counted %v, want 1", n)
+	}
+}
+
+// Zoom validates an endpoint URL with a signed endpoint.url_validation event and
+// expects the plainToken back with its HMAC under the secret token (encryptedToken):
+// the receiver answers it through the provider's handshake with the key that
+// verified, stores nothing, and gives a forged validation no answer. A Zoom event
+// signed the same way is recorded.
+func TestZoomURLValidationIsAnsweredWithTheVerifyingKey(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: provider.ProviderZoom, maxBodyBytes: 1 << 20})
+	zoomHeader := func(body []byte) http.Header {
+		h := slackHeader(stripeSecret, body)
+		return http.Header{
+			"Content-Type":           {"application/json"},
+			"X-Zm-Request-Timestamp": h["X-Slack-Request-Timestamp"],
+			"X-Zm-Signature":         h["X-Slack-Signature"],
+		}
+	}
+	body := []byte(`{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680}`)
+	if forged := f.post("/hooks", body, http.Header{"Content-Type": {"application/json"}}); forged.code != http.StatusUnauthorized || strings.Contains(forged.body, "qgg8") {
+		t.Fatalf("unsigned validation: %d %q, want 401 without an answer", forged.code, forged.body)
+	}
+	got := f.post("/hooks", body, zoomHeader(body))
+	mac := hmac.New(sha256.New, []byte(stripeSecret))
+	mac.Write([]byte("qgg8vlvZRS6UYooatFL8Aw"))
+	want := `{"encryptedToken":"` + hex.EncodeToString(mac.Sum(nil)) + `","plainToken":"qgg8vlvZRS6UYooatFL8Aw"}`
+	if got.code != http.StatusOK || got.body != want {
+		t.Fatalf("signed validation: %d %q, want 200 %q", got.code, got.body, want)
+	}
+	f.assertNothingStored()
+
+	event := []byte(`{"event":"meeting.started","event_ts":1654503849680,"payload":{"account_id":"a1","object":{"id":"85","uuid":"m-1"}}}`)
+	if r := f.post("/hooks", event, zoomHeader(event)); r.code != http.StatusOK {
+		t.Fatalf("signed event: %d %q", r.code, r.body)
+	}
+	if n := f.rowCounts()["events"]; n != 1 {
+		t.Fatalf("%d receipts after one Zoom event, want 1", n)
 	}
 }
