@@ -79,12 +79,12 @@ func (s *WebhookEndpointSpec) Default() {
 	p := &s.Provider
 	durationDefault(&p.Tolerance, DefaultTolerance)
 	if h := p.HMAC; h != nil {
-		h.SchemeSpec.Default()
+		h.Default()
 		valueDefault(&h.Algorithm, DefaultHMACAlgorithm)
 		valueDefault(&h.KeyEncoding, DefaultHMACKeyEncoding)
 	}
 	if e := p.Ed25519; e != nil {
-		e.SchemeSpec.Default()
+		e.Default()
 		valueDefault(&e.KeyEncoding, DefaultPublicKeyEncoding)
 	}
 	if r := p.Refetch; r != nil {

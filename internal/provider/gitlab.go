@@ -13,7 +13,7 @@ import (
 const ProviderGitLab v1alpha1.ProviderType = "GitLab"
 
 // HeaderGitLabToken carries GitLab's secret token itself.
-const HeaderGitLabToken = "X-Gitlab-Token"
+const HeaderGitLabToken = "X-Gitlab-Token" //nolint:gosec // a header name, not a credential
 
 // gitlabVerifier checks GitLab's secret token (GitLab docs, "Webhooks", section
 // "Validate payloads by using a secret token"): GitLab sends the token configured on the
