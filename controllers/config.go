@@ -13,20 +13,22 @@ import (
 
 // Event reasons.
 const (
-	EventConfigInvalid       = "ConfigInvalid"
-	EventConfigValid         = "ConfigValid"
-	EventSecretMissing       = "SecretMissing"
-	EventSecretsResolved     = "SecretsResolved"
-	EventSecretRotated       = "SecretRotated"
-	EventSecretExpired       = "SigningSecretExpired"
-	EventConfigChanged       = "ConfigChanged"
-	EventMigrationStarted    = "MigrationStarted"
-	EventMigrationSucceeded  = "MigrationSucceeded"
-	EventMigrationFailed     = "MigrationFailed"
-	EventReceiverAvailable   = "ReceiverAvailable"
-	EventReceiverUnavailable = "ReceiverUnavailable"
-	EventExposed             = "Exposed"
-	EventExposureRemoved     = "ExposureRemoved"
+	EventConfigInvalid      = "ConfigInvalid"
+	EventConfigValid        = "ConfigValid"
+	EventSecretMissing      = "SecretMissing"
+	EventSecretsResolved    = "SecretsResolved"
+	EventSecretRotated      = "SecretRotated"
+	EventSecretExpired      = "SigningSecretExpired"
+	EventConfigChanged      = "ConfigChanged"
+	EventMigrationStarted   = "MigrationStarted"
+	EventMigrationSucceeded = "MigrationSucceeded"
+	EventMigrationFailed    = "MigrationFailed"
+	// EventMigrationAttemptFailed: one attempt of the migration Job failed; it retries.
+	EventMigrationAttemptFailed = "MigrationAttemptFailed"
+	EventReceiverAvailable      = "ReceiverAvailable"
+	EventReceiverUnavailable    = "ReceiverUnavailable"
+	EventExposed                = "Exposed"
+	EventExposureRemoved        = "ExposureRemoved"
 )
 
 // event records an Event on the endpoint. Notes never carry secret values: callers pass

@@ -69,7 +69,13 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 		return r.pruneMigrationJobs(ctx, ep, job.Name)
 	case jobCondition(job, batchv1.JobFailed):
 		detail := r.terminationMessage(ctx, job)
+		if detail == "" {
+			detail = jobFailure(job)
+		}
 		msg := fmt.Sprintf("migration Job %s/%s failed", job.Namespace, job.Name)
+		if job.Status.Failed > 0 {
+			msg += fmt.Sprintf(" after %d attempt%s", job.Status.Failed, plural(job.Status.Failed))
+		}
 		if detail != "" {
 			msg += ": " + detail
 		}
@@ -79,9 +85,70 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 		}
 		st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrationFailed, msg)
 		return errStop
+	case job.Status.Failed > 0:
+		return r.migrationFailing(ctx, st, job)
 	default:
 		return r.migrating(st, job.Name)
 	}
+}
+
+// migrationFailing reports a Job that is retrying after failed attempts: the attempt
+// count and the last attempt's termination message, so the cause shows within one
+// attempt instead of only once the Job gives up. A Warning Event marks each new failed
+// attempt (the attempt number in the previous condition tells which ones were seen).
+func (r *WebhookEndpointReconciler) migrationFailing(ctx context.Context, st *state, job *batchv1.Job) error {
+	failed := job.Status.Failed
+	attempt := fmt.Sprintf("attempt %d", failed)
+	if job.Spec.BackoffLimit != nil {
+		attempt += fmt.Sprintf(" of %d", *job.Spec.BackoffLimit+1)
+	}
+	attempt += " failed"
+	if detail := r.terminationMessage(ctx, job); detail != "" {
+		attempt += ": " + detail
+	}
+	msg := fmt.Sprintf("migration Job %s is retrying (schema %q, version %d): %s", job.Name,
+		st.ep.Spec.Database.Schema, store.SchemaVersion, attempt)
+	if prev := st.previous(v1alpha1.ConditionDatabaseMigrated); prev == nil ||
+		prev.Reason != ReasonMigrationFailing || failedAttempts(prev.Message) != failed {
+		r.event(st.ep, corev1.EventTypeWarning, EventMigrationAttemptFailed, "Migrate", "migration Job %s: %s", job.Name, attempt)
+	}
+	st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrationFailing, msg)
+	if st.previous(v1alpha1.ConditionReceiverAvailable) == nil {
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonWaiting,
+			"the receiver starts once the database migration completed")
+	}
+	return errStop
+}
+
+// failedAttempts is the attempt number a MigrationFailing message reports (0 if none).
+func failedAttempts(message string) int32 {
+	_, after, ok := strings.Cut(message, "): attempt ")
+	if !ok {
+		return 0
+	}
+	var n int32
+	if _, err := fmt.Sscanf(after, "%d", &n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// jobFailure is the Job's own account of why it failed (deadline exceeded, backoff
+// limit), for when no pod left a termination message.
+func jobFailure(job *batchv1.Job) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(strings.TrimSuffix(c.Reason+": "+c.Message, ": "))
+		}
+	}
+	return ""
+}
+
+func plural(n int32) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func (r *WebhookEndpointReconciler) migrating(st *state, jobName string) error {
@@ -104,25 +171,38 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) bool {
 }
 
 // terminationMessage is the last failed migration pod's termination message (the
-// migrate command writes why it failed; database URLs are never part of it).
+// migrate command writes why it failed, one line, with no database password; the
+// container falls back to its log's tail when it wrote none). A failed container that
+// left neither is described by its reason and exit code.
 func (r *WebhookEndpointReconciler) terminationMessage(ctx context.Context, job *batchv1.Job) string {
 	var pods corev1.PodList
 	if err := r.reader().List(ctx, &pods, client.InNamespace(job.Namespace),
 		client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
 		return ""
 	}
-	var latest time.Time
-	var message string
-	for _, pod := range pods.Items {
+	var last *corev1.ContainerStateTerminated
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		// A Job of the same name deleted a moment ago may still have pods.
+		if !metav1.IsControlledBy(pod, job) {
+			continue
+		}
 		for _, cs := range pod.Status.ContainerStatuses {
 			t := cs.State.Terminated
-			if t == nil || t.ExitCode == 0 || strings.TrimSpace(t.Message) == "" {
+			if t == nil || t.ExitCode == 0 {
 				continue
 			}
-			if message == "" || t.FinishedAt.After(latest) {
-				latest, message = t.FinishedAt.Time, strings.TrimSpace(t.Message)
+			if last == nil || t.FinishedAt.After(last.FinishedAt.Time) {
+				last = t
 			}
 		}
+	}
+	if last == nil {
+		return ""
+	}
+	message := strings.Join(strings.Fields(last.Message), " ")
+	if message == "" {
+		return fmt.Sprintf("container exited with code %d (%s) and left no termination message; see the pod's log", last.ExitCode, last.Reason)
 	}
 	if len(message) > maxTerminationMessage {
 		message = message[:maxTerminationMessage] + "..."

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -344,33 +346,98 @@ func (e *env) testMigrationFailure(t *testing.T) {
 		return e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), job)
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 
-	// Play the Job controller and kubelet: one pod failed with a termination message.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-abcde", Namespace: ns,
-			Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
-		Spec: *job.Spec.Template.Spec.DeepCopy(),
+	// Play the Job controller and kubelet: each attempt is a pod that failed with a
+	// termination message, counted in the Job's status.failed while it retries.
+	refused := "connect to the database: failed to connect to `user=app database=app`: 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	start := time.Now()
+	failAttempt := func(n int32, message string) {
+		t.Helper()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", job.Name, n), Namespace: ns,
+				Labels:          map[string]string{batchv1.JobNameLabel: job.Name, batchv1.ControllerUidLabel: string(job.UID)},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+			Spec: *job.Spec.Template.Spec.DeepCopy(),
+		}
+		g.Expect(e.k8s.Create(e.ctx, pod)).To(Succeed())
+		pod.Status.Phase = corev1.PodFailed
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: "migrate", Image: testImage,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 1, Reason: "Error", Message: message + "\n",
+				// Attempts are seconds apart at least (the Job's backoff); timestamps
+				// have seconds only.
+				FinishedAt: metav1.NewTime(start.Add(time.Duration(n) * time.Minute)),
+			}},
+		}}
+		g.Expect(e.k8s.Status().Update(e.ctx, pod)).To(Succeed())
+		g.Expect(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), job)).To(Succeed())
+		if job.Status.StartTime == nil {
+			job.Status.StartTime = ptr.To(metav1.Now())
+		}
+		job.Status.Failed = n
+		job.Status.Active = 1
+		g.Expect(e.k8s.Status().Update(e.ctx, job)).To(Succeed())
 	}
-	g.Expect(e.k8s.Create(e.ctx, pod)).To(Succeed())
-	pod.Status.Phase = corev1.PodFailed
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: "migrate", Image: testImage,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: 1, Reason: "Error", Message: "permission denied for database app", FinishedAt: metav1.Now(),
-		}},
-	}}
-	g.Expect(e.k8s.Status().Update(e.ctx, pod)).To(Succeed())
+	attemptEvents := func(g Gomega) []eventsv1.Event {
+		var list eventsv1.EventList
+		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		var out []eventsv1.Event
+		for _, ev := range list.Items {
+			if ev.Reason == controllers.EventMigrationAttemptFailed {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	attempts := *job.Spec.BackoffLimit + 1
+
+	failAttempt(1, refused)
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrationFailing)
+	g.Expect(condition(cur, v1alpha1.ConditionDatabaseMigrated).Message).To(ContainSubstring(
+		fmt.Sprintf("attempt 1 of %d failed: %s", attempts, refused)))
+	g.Expect(condition(cur, v1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
+
+	failAttempt(2, refused)
+	g.Eventually(func(g Gomega) {
+		c := condition(e.endpoint(g, ep), v1alpha1.ConditionDatabaseMigrated)
+		g.Expect(c.Reason).To(Equal(controllers.ReasonMigrationFailing))
+		g.Expect(c.Message).To(ContainSubstring(fmt.Sprintf("attempt 2 of %d failed: %s", attempts, refused)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	// One Warning Event per failed attempt...
+	g.Eventually(func(g Gomega) {
+		var notes []string
+		for _, ev := range attemptEvents(g) {
+			g.Expect(ev.Type).To(Equal(corev1.EventTypeWarning))
+			notes = append(notes, ev.Note)
+		}
+		g.Expect(notes).To(ConsistOf(
+			ContainSubstring(fmt.Sprintf("attempt 1 of %d failed: %s", attempts, refused)),
+			ContainSubstring(fmt.Sprintf("attempt 2 of %d failed: %s", attempts, refused))))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	// ...and none from a reconcile that sees no new attempt (the events.k8s.io
+	// recorder folds repeats into a series in memory, so watch a recorder directly).
+	fake := events.NewFakeRecorder(10)
+	e.direct.Recorder = fake
+	t.Cleanup(func() { e.direct.Recorder = nil })
+	e.reconcileNow(t, ep)
+	e.reconcileNow(t, ep)
+	g.Expect(fake.Events).To(BeEmpty())
+	e.direct.Recorder = nil
+
+	// The Job gives up: the last attempt's message, the count and what to do.
+	failAttempt(3, "permission denied for database app")
+	g.Expect(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(job), job)).To(Succeed())
 	now := metav1.Now()
-	job.Status.StartTime = &now
-	job.Status.Failed = 1
+	job.Status.Active = 0
 	job.Status.Conditions = []batchv1.JobCondition{
 		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now, LastProbeTime: now},
 		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now, LastProbeTime: now},
 	}
 	g.Expect(e.k8s.Status().Update(e.ctx, job)).To(Succeed())
 
-	cur := e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrationFailed)
+	cur = e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrationFailed)
 	msg := condition(cur, v1alpha1.ConditionDatabaseMigrated).Message
-	g.Expect(msg).To(ContainSubstring("permission denied for database app"))
+	g.Expect(msg).To(ContainSubstring("failed after 3 attempts: permission denied for database app; fix the cause and delete the Job"))
 	g.Expect(msg).To(ContainSubstring(job.Name))
 	g.Expect(condition(cur, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionTrue))
 	e.noReceiverObjectsExceptJob(t, ep)

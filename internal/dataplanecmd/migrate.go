@@ -16,6 +16,7 @@ import (
 func Migrate() *cobra.Command {
 	var endpointFile string
 	var timeout time.Duration
+	var terminationPath string
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade hookkeeper's tables in the endpoint's database schema",
@@ -24,12 +25,19 @@ func Migrate() *cobra.Command {
 			config.EnvDatabaseURL + ",\nunder a PostgreSQL advisory lock, and prints the version reached. " +
 			"The operator's migration Job runs it.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			url := os.Getenv(config.EnvDatabaseURL)
+			// Why it failed goes where Kubernetes shows it, the container's
+			// terminated state, not only in the log.
+			defer func() {
+				if err != nil {
+					writeTerminationMessage(terminationPath, err, url)
+				}
+			}()
 			we, err := config.ReadManifest(endpointFile, os.Getenv)
 			if err != nil {
 				return err
 			}
-			url := os.Getenv(config.EnvDatabaseURL)
 			if url == "" {
 				return fmt.Errorf("%s is not set", config.EnvDatabaseURL)
 			}
@@ -45,6 +53,9 @@ func Migrate() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&endpointFile, "endpoint", "", "WebhookEndpoint manifest (YAML or JSON); default: the "+config.EnvEndpoint+" variable")
+	cmd.Flags().StringVar(&terminationPath, "termination-message-path", os.Getenv(EnvTerminationMessagePath),
+		"on failure, write the error (one line, credentials removed) to this file; default: the "+
+			EnvTerminationMessagePath+" variable, else "+defaultTerminationMessagePath+" if it exists (as in a pod)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long (waiting for the migration lock included)")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 )
 
 // notRun is the reason reported for containers the agent does not run: it runs each
@@ -147,6 +150,25 @@ func (r *podRunner) run(ctx context.Context) {
 	}
 }
 
+// terminationMessage is what the kubelet reports for an exited container: the file the
+// process wrote, else (FallbackToLogsOnError, a failure) the tail of its log.
+func terminationMessage(c *corev1.Container, msgPath, logPath string, exitCode int) string {
+	const maxMessage, maxLogLines = 4096, 80
+	if b, err := os.ReadFile(msgPath); err == nil && len(bytes.TrimSpace(b)) > 0 { //nolint:gosec // the agent's own file
+		return string(b[:min(len(b), maxMessage)])
+	}
+	if exitCode == 0 || c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		return ""
+	}
+	b, err := os.ReadFile(logPath) //nolint:gosec // the agent's own file
+	if err != nil {
+		return ""
+	}
+	b = bytes.TrimRight(b[max(0, len(b)-2048):], "\n")
+	lines := bytes.Split(b, []byte("\n"))
+	return string(bytes.Join(lines[max(0, len(lines)-maxLogLines):], []byte("\n")))
+}
+
 func shouldRestart(policy corev1.RestartPolicy, exitCode int) bool {
 	switch policy {
 	case corev1.RestartPolicyNever:
@@ -212,6 +234,11 @@ func (r *podRunner) runOnce(ctx context.Context) runResult {
 	cmd := exec.Command(exe, append(slices.Clone(prefix), args...)...) //nolint:gosec,noctx // see above; the executable is the agent's configuration
 	cmd.Env = append(slices.Clone(r.agent.opts.BaseEnv), "HOSTNAME="+r.pod.Name)
 	cmd.Env = append(cmd.Env, env...)
+	// The container's terminationMessagePath, which a process cannot be given as a
+	// mount: hookkeeper's commands write why they failed where this variable says.
+	msgPath := logPath + ".termination-log"
+	_ = os.Remove(msgPath)
+	cmd.Env = append(cmd.Env, dataplanecmd.EnvTerminationMessagePath+"="+msgPath)
 	cmd.Dir = filepath.Dir(logPath)
 	proc, err := startProcess(cmd, logPath)
 	if err != nil {
@@ -264,6 +291,9 @@ func (r *podRunner) runOnce(ctx context.Context) runResult {
 	reason := "Completed"
 	if res.exitCode != 0 {
 		reason = "Error"
+	}
+	if message == "" {
+		message = terminationMessage(c, msgPath, logPath, res.exitCode)
 	}
 	terminated := &corev1.ContainerStateTerminated{
 		ExitCode:    int32(res.exitCode), //nolint:gosec // exit codes are small

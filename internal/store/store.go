@@ -91,6 +91,11 @@ func Migrate(ctx context.Context, url, schema string) (int64, error) {
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)
 
+	// The first thing a wrong URL, a closed port or a refused password fails: say so
+	// plainly (the migration Job's termination message carries this error).
+	if err := db.PingContext(ctx); err != nil {
+		return 0, fmt.Errorf("connect to the database: %w", err)
+	}
 	if err := createSchema(ctx, db, schema); err != nil {
 		return 0, err
 	}
