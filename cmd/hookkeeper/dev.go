@@ -108,7 +108,8 @@ func runDev(parent context.Context, f devFlags) error {
 
 	fmt.Fprintf(out, "\nkubeconfig: %s\n  kubectl --kubeconfig %s get pods -A\n", session.Cluster.KubeconfigPath(), session.Cluster.KubeconfigPath())
 	fmt.Fprintf(out, "pod logs:   %s\n", session.Agent.PodLogDir())
-	fmt.Fprintf(out, "sink:       %s/events (records deliveries)\n", session.Sink.URL())
+	fmt.Fprintf(out, "sink:       %s/events (records deliveries, one log line each)\n  curl -s %s/events   # the last %d deliveries, newest last\n",
+		session.Sink.URL(), session.Sink.URL(), devcluster.SinkListLimit)
 	for _, ep := range session.Samples.Endpoints {
 		u, err := session.Samples.ReceiverURL(session.Proxy, ep)
 		if err != nil {

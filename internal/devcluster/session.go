@@ -151,7 +151,7 @@ func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err err
 	} else {
 		fmt.Fprintln(opts.Out, "postgresql: using DATABASE_URL")
 	}
-	if s.Sink, err = StartSink(ctx); err != nil {
+	if s.Sink, err = StartSink(ctx, opts.Log.WithName("sink")); err != nil {
 		return nil, err
 	}
 
