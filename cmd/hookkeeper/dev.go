@@ -108,6 +108,12 @@ func runDev(parent context.Context, f devFlags) error {
 
 	fmt.Fprintf(out, "\nkubeconfig: %s\n  kubectl --kubeconfig %s get pods -A\n", session.Cluster.KubeconfigPath(), session.Cluster.KubeconfigPath())
 	fmt.Fprintf(out, "pod logs:   %s\n", session.Agent.PodLogDir())
+	dbShown, psql := session.DatabaseHint(config.EnvDatabaseURL)
+	dbKind := "throwaway, no password, removed on exit"
+	if !session.ThrowawayDatabase() {
+		dbKind = "$" + config.EnvDatabaseURL
+	}
+	fmt.Fprintf(out, "database:   %s (%s)\n  %s\n", dbShown, dbKind, psql)
 	fmt.Fprintf(out, "sink:       %s/events (records deliveries, one log line each)\n  curl -s %s/events   # the last %d deliveries, newest last\n",
 		session.Sink.URL(), session.Sink.URL(), devcluster.SinkListLimit)
 	for _, ep := range session.Samples.Endpoints {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,4 +265,52 @@ func (s *Session) Stop() {
 	if s.ownsDir {
 		_ = os.RemoveAll(s.opts.StateDir)
 	}
+}
+
+// ThrowawayDatabase reports whether the session started its own PostgreSQL (removed by
+// Stop) rather than using the DatabaseURL it was given.
+func (s *Session) ThrowawayDatabase() bool { return s.pg != nil }
+
+// DatabaseHint returns the database URL to show a person and a psql command line that
+// connects to it. The throwaway server's URL is shown whole: it has no password (initdb
+// --auth=trust, listening on 127.0.0.1 only, removed on exit). A given URL is shown with
+// its password redacted, and the psql line reads it from envVar, where it came from.
+func (s *Session) DatabaseHint(envVar string) (shown, psql string) {
+	return databaseHint(s.DatabaseURL, s.ThrowawayDatabase(), envVar, psqlPath())
+}
+
+func databaseHint(raw string, throwaway bool, envVar, psqlBin string) (shown, psql string) {
+	if throwaway {
+		return raw, fmt.Sprintf("%s %q", psqlBin, raw)
+	}
+	psql = fmt.Sprintf("%s \"$%s\"", psqlBin, envVar)
+	u, err := url.Parse(raw)
+	switch {
+	case err == nil && u.Scheme != "":
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.Redacted(), psql
+	case err == nil && !strings.Contains(raw, "password"):
+		// A keyword/value connection string without a password.
+		return raw, psql
+	default:
+		// Do not guess where the password of an unparseable string is.
+		return "(from $" + envVar + ", not shown: it may hold a password)", psql
+	}
+}
+
+// psqlPath is psql on PATH, else the one beside the initdb the throwaway server uses.
+func psqlPath() string {
+	if _, err := exec.LookPath("psql"); err == nil {
+		return "psql"
+	}
+	if dir, err := pgtemp.BinDir(); err == nil {
+		p := filepath.Join(dir, "psql")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "psql"
 }
