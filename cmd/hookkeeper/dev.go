@@ -121,9 +121,24 @@ func runDev(parent context.Context, f devFlags) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "receiver:   %s/%s -> POST %s\n", session.Samples.Namespace, ep.Name, u)
+		fmt.Fprintln(out, devcluster.ReceiverLine(ep.Namespace, ep.Name, u))
 	}
 	fmt.Fprintln(out, "ready")
+
+	// Endpoints applied from now on (kubectl apply -f ...) print their address when
+	// Ready, and a line when deleted. Stopped before the session is.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if err := session.WatchEndpoints(watchCtx, out, session.Samples.Endpoints); err != nil && watchCtx.Err() == nil {
+			fmt.Fprintln(out, "watch WebhookEndpoints:", err)
+		}
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
 
 	if f.demo {
 		if err := devcluster.RunDemo(ctx, session, out); err != nil {

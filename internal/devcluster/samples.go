@@ -284,13 +284,5 @@ func (s *Samples) endpointStatus(ctx context.Context, ep *v1alpha1.WebhookEndpoi
 
 // ReceiverURL is the local URL of the endpoint's receiver Service (webhook port).
 func (s *Samples) ReceiverURL(proxy *ServiceProxy, ep *v1alpha1.WebhookEndpoint) (string, error) {
-	base, err := proxy.URL(s.Namespace, resources.ReceiverName(ep), resources.PortNameHTTP)
-	if err != nil {
-		return "", err
-	}
-	path := ep.Spec.Receiver.Path
-	if path == "" {
-		path = "/"
-	}
-	return base + path, nil
+	return ReceiverURL(proxy, ep)
 }
