@@ -105,7 +105,7 @@ run: manifests generate ## Run the operator against the cluster in ~/.kube/confi
 	$(GO) run ./cmd/hookkeeper manager --leader-elect=false
 
 .PHONY: dev
-dev: tools build ## Start the local cluster with the samples and the scripted demo.
+dev: controlplane build ## Start the local cluster with the samples and the scripted demo (builds only the control plane and hookkeeper).
 	$(HOOKKEEPER) dev --demo --bin-dir $(BIN)
 
 .PHONY: image
