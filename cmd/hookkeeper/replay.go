@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -25,6 +26,8 @@ func init() { rootCmd.AddCommand(newReplayCmd()) }
 
 type replayFlags struct {
 	endpointFile string
+	kube         kubeFlags
+	databaseURL  string
 	deadLetters  bool
 	receipts     bool
 	since, until string
@@ -37,10 +40,18 @@ type replayFlags struct {
 func newReplayCmd() *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay (--dead-letters | --receipts [--outcome O,...]) [--since T] [--until T] [--id N]... [--dry-run]",
+		Use:   "replay [-n NAMESPACE] NAME (--dead-letters | --receipts [--outcome O,...]) [--since T] [--until T] [--id N]... [--dry-run]",
 		Short: "Re-drive dead-lettered deliveries or re-run receipts that did not apply",
-		Long: `replay works on one endpoint, read from --endpoint FILE or $` + config.EnvEndpoint + `, in the
-database at $` + config.EnvDatabaseURL + `.
+		Long: `replay works on one endpoint. Given its NAME, it reads the WebhookEndpoint from the
+cluster as kubectl does (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context;
+-n, else the context's namespace), and the Secrets its spec references (database URL,
+signing secrets, refetch and delivery keys) with the same credentials. The database URL
+in the Secret is the in-cluster one: from outside the cluster, forward a local port to
+the database (kubectl port-forward) and pass --database-url.
+
+Without NAME (inside a receiver pod, or with no cluster at all) it reads the endpoint from
+--endpoint FILE or $` + config.EnvEndpoint + `, and the database URL and secrets from the
+environment ($` + config.EnvDatabaseURL + `, or --database-url).
 
 --dead-letters makes dead-lettered outbox rows due again with a fresh attempt budget; the
 running dispatchers deliver them with their original Idempotency-Key. --since/--until
@@ -53,19 +64,27 @@ expired (--outcome parked,expired --dry-run lists the events waiting for their e
 those that waited longer than stateMachine.parkFor). --since/--until select by the time
 the receipt was received. It compiles the endpoint like the receiver does, so
 it needs the same variables ($` + config.EnvSigningSecretPrefix + `<index>, and the refetch key if the
-provider block has one).
+provider block has one); given NAME, it reads them from the Secrets.
 
 Both are idempotent: a re-driven or applied row is no longer selected. --dry-run lists the
 selected rows and changes nothing. Times are RFC 3339 or a duration before now ("24h").`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return runReplay(ctx, f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return runReplay(ctx, f, name, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file (default: $"+config.EnvEndpoint+")")
+	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file, instead of NAME (default: $"+config.EnvEndpoint+")")
+	fl.StringVarP(&f.kube.namespace, "namespace", "n", "", "with NAME: the endpoint's namespace (default: the kubeconfig context's)")
+	fl.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "with NAME: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+	fl.StringVar(&f.kube.context, "context", "", "with NAME: the kubeconfig context (default: the current one)")
+	fl.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL, instead of the endpoint's Secret (with NAME) or $"+config.EnvDatabaseURL+"; with kubectl port-forward, how to reach an in-cluster database")
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "re-drive dead-lettered outbox rows")
 	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts that did not apply (see --outcome)")
 	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired (default unmatched,guard_failed,guard_error)")
@@ -77,7 +96,13 @@ selected rows and changes nothing. Times are RFC 3339 or a duration before now (
 	return cmd
 }
 
-func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) error {
+func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr io.Writer) error {
+	if name != "" && f.endpointFile != "" {
+		return fmt.Errorf("give the endpoint either as NAME (%s, read from the cluster) or as --endpoint %s, not both", name, f.endpointFile)
+	}
+	if name == "" && (f.kube.namespace != "" || f.kube.kubeconfig != "" || f.kube.context != "") {
+		return errors.New("--namespace, --kubeconfig and --context select the cluster the endpoint NAME is read from: give NAME")
+	}
 	if f.deadLetters == f.receipts {
 		return errors.New("choose exactly one of --dead-letters and --receipts")
 	}
@@ -98,11 +123,11 @@ func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("--until: %w", err)
 	}
-	we, err := config.ReadManifest(f.endpointFile, os.Getenv)
+	we, getenv, err := loadReplayEndpoint(ctx, f, name)
 	if err != nil {
 		return err
 	}
-	url := os.Getenv(config.EnvDatabaseURL)
+	url := getenv(config.EnvDatabaseURL)
 	if url == "" {
 		return fmt.Errorf("%s is not set", config.EnvDatabaseURL)
 	}
@@ -113,6 +138,10 @@ func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) err
 	pool, err := store.Open(openCtx, url, 4)
 	cancel()
 	if err != nil {
+		if name != "" && f.databaseURL == "" {
+			return fmt.Errorf("open database: %w (the URL in spec.database.urlSecretRef is the one receivers use inside the cluster: "+
+				"from outside it, run kubectl -n %s port-forward to the database and pass --database-url with the local address)", err, we.Namespace)
+		}
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer pool.Close()
@@ -146,11 +175,11 @@ func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) err
 
 	var reprocess outbox.Reprocess
 	if !f.dryRun {
-		ep, err := config.Compile(we, os.Getenv)
+		ep, err := config.Compile(we, getenv)
 		if err != nil {
 			return fmt.Errorf("load endpoint: %w", err)
 		}
-		recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, os.Getenv, refetch.Options{Logger: logr.Discard()})
+		recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, getenv, refetch.Options{Logger: logr.Discard()})
 		if err != nil {
 			return fmt.Errorf("configure refetch: %w", err)
 		}
@@ -166,6 +195,33 @@ func runReplay(ctx context.Context, f replayFlags, stdout, stderr io.Writer) err
 	}
 	_, err = fmt.Fprintf(stdout, "receipts of %s: %d selected, %d re-run%s%s\n", key, rep.Selected, rep.Replayed, outcomeSummary(rep.Outcomes), dryRunNote(f.dryRun))
 	return err
+}
+
+// loadReplayEndpoint reads the endpoint, and returns it with where its secrets come
+// from: the cluster given NAME, else the manifest file or $HOOKKEEPER_ENDPOINT and the
+// environment. --database-url replaces the database URL of either.
+func loadReplayEndpoint(ctx context.Context, f replayFlags, name string) (*v1alpha1.WebhookEndpoint, func(string) string, error) {
+	set := map[string]string{}
+	if f.databaseURL != "" {
+		set[config.EnvDatabaseURL] = f.databaseURL
+	}
+	if name != "" {
+		return fromCluster(ctx, f.kube, name, set)
+	}
+	if f.endpointFile == "" && strings.TrimSpace(os.Getenv(config.EnvEndpoint)) == "" {
+		return nil, nil, fmt.Errorf("no endpoint: give its NAME (read from the cluster), or --endpoint FILE, or set %s", config.EnvEndpoint)
+	}
+	we, err := config.ReadManifest(f.endpointFile, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	getenv := func(k string) string {
+		if v, ok := set[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	return we, getenv, nil
 }
 
 // parseReplayTime reads RFC 3339 or a duration before now; empty is unbounded.

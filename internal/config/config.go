@@ -24,7 +24,9 @@
 // from EnvSigningSecretPrefix+i, the database URL from EnvDatabaseURL, the delivery key
 // from EnvDeliverySecret. A signing secret whose variable is empty fails Load, unless its
 // expiresAt has passed (the operator drops expired secrets), so a receiver never starts
-// with fewer secrets than its manifest promises.
+// with fewer secrets than its manifest promises. EnvFromSecrets builds the same
+// variables from the Secrets the object references instead (`hookkeeper replay NAME`,
+// which reads them through the user's kubeconfig).
 package config
 
 import (
