@@ -87,13 +87,13 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 	if len(sizes) != 3 || sizes[0] != 1 || sizes[1] != n-1 || sizes[2] != 1 {
 		t.Fatalf("group sizes %v, want [1 %d 1]", sizes, n-1)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != n {
+	if got := f.rows.Receipts(t); got != n {
 		t.Fatalf("receipts = %d, want %d", got, n)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != n {
+	if got := f.rows.Outbox(t); got != n {
 		t.Fatalf("outbox rows = %d, want %d", got, n)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'paid' AND version = 1`); got != n {
+	if got := f.rows.Count(t, f.rows.Tables.Entities, "state = $1 AND version = 1", "paid"); got != n {
 		t.Fatalf("paid entities with one transition = %d, want %d", got, n)
 	}
 }
@@ -137,7 +137,7 @@ func TestGroupConcurrentCopiesApplyOnce(t *testing.T) {
 			t.Fatalf("%s applied %d times", id, n)
 		}
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != entities {
+	if got := f.rows.Outbox(t); got != entities {
 		t.Fatalf("outbox rows = %d, want %d", got, entities)
 	}
 }
@@ -170,7 +170,7 @@ func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
 	if want := "txn-1=paid,poison=payment_pending,txn-2=paid"; got != want {
 		t.Fatalf("orders = %s, want %s", got, want)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = 'evt_p'`); got != 0 {
+	if got := f.rows.ReceiptsOf(t, "evt_p"); got != 0 {
 		t.Fatalf("receipts of the failed member = %d, want 0 (it answered 503)", got)
 	}
 }
@@ -216,7 +216,7 @@ func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
 	if rep := awaitReply(t, busy); rep.err != nil || rep.res.Outcome != OutcomeApplied {
 		t.Fatalf("busy member after the lock was released: %+v, %v", rep.res, rep.err)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'paid' AND version = 1`); got != 2 {
+	if got := f.rows.Count(t, f.rows.Tables.Entities, "state = $1 AND version = 1", "paid"); got != 2 {
 		t.Fatalf("paid entities = %d, want 2", got)
 	}
 }
@@ -233,7 +233,7 @@ func TestGroupRetryLaterMemberWritesNothing(t *testing.T) {
 	if rep := awaitReply(t, present); rep.err != nil || rep.res.Outcome != OutcomeApplied {
 		t.Fatalf("present entity: %+v, %v", rep.res, rep.err)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != 1 {
+	if got := f.rows.Receipts(t); got != 1 {
 		t.Fatalf("receipts = %d, want 1", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -56,6 +57,7 @@ type fixture struct {
 	pool  *pgxpool.Pool
 	ep    *config.Endpoint
 	rec   *Recorder
+	rows  *testsupport.Rows // counts rows of the endpoint's tables, through pool
 	ctx   context.Context
 	dials atomic.Int64
 	// writes counts client-to-server writes: one per round trip (pgx flushes a batch
@@ -94,6 +96,7 @@ func newFixture(t *testing.T, we *v1alpha1.WebhookEndpoint, setupSQL ...string) 
 		f.exec(s)
 	}
 	f.rec = NewRecorder(pool, f.ep)
+	f.rows = testsupport.NewRows(pool, store.TablesIn(schema))
 	return f
 }
 

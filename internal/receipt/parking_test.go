@@ -286,10 +286,10 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 			}
 			// The dispute applies from paid or refunded: delivered before the refund it
 			// may apply first (an ambiguous history), so only the final state is fixed.
-			if got := f.count(`SELECT count(*) FROM hk.entities WHERE state = 'disputed'`); got != entities {
+			if got := f.rows.EntitiesInState(t, "disputed"); got != entities {
 				t.Fatalf("%d of %d entities disputed", got, entities)
 			}
-			if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE outcome = 'parked'`); got != 0 {
+			if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
 				t.Fatalf("%d events still parked", got)
 			}
 			if got := f.count(`SELECT count(*) FROM (SELECT entity_key FROM hk.outbox GROUP BY entity_key

@@ -52,10 +52,10 @@ func TestConcurrentCopiesOfOneEventApplyOnce(t *testing.T) {
 	if applied != 1 || dups != n-1 {
 		t.Fatalf("applied %d, duplicates %d; want 1 and %d", applied, dups, n-1)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != 1 {
+	if got := f.rows.Receipts(t); got != 1 {
 		t.Fatalf("receipts = %d, want 1", got)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 1 {
+	if got := f.rows.Outbox(t); got != 1 {
 		t.Fatalf("outbox rows = %d, want 1", got)
 	}
 	if got := f.count(`SELECT version FROM hk.entities WHERE entity_key = 'order-1'`); got != 1 {
@@ -86,7 +86,7 @@ func TestAmountMismatchRecordsGuardFailedOnly(t *testing.T) {
 	if got := f.str(`SELECT state || ':' || version || ':' || (last_event_at IS NULL) FROM hk.entities`); got != "payment_pending:0:true" {
 		t.Fatalf("entity changed: %s", got)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 0 {
+	if got := f.rows.Outbox(t); got != 0 {
 		t.Fatalf("outbox rows = %d", got)
 	}
 	if got := f.str(`SELECT outcome FROM hk.webhook_events WHERE event_id = 'evt_bad'`); got != "guard_failed" {
@@ -137,13 +137,13 @@ func TestAppTableBinding(t *testing.T) {
 	if want := "acme/txn-1=paid,globex/txn-1=payment_pending,acme/txn-2=payment_pending"; got != want {
 		t.Fatalf("orders = %s, want %s", got, want)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 1 {
+	if got := f.rows.Outbox(t); got != 1 {
 		t.Fatalf("outbox rows = %d", got)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.entities`); got != 0 {
+	if got := f.rows.Entities(t); got != 0 {
 		t.Fatalf("managed entities written in app-table mode: %d", got)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.entity_clocks WHERE entity_key = 'txn-1'`); got != 1 {
+	if got := f.rows.Count(t, f.rows.Tables.EntityClocks, "entity_key = $1", "txn-1"); got != 1 {
 		t.Fatalf("entity clock rows = %d", got)
 	}
 }
@@ -174,7 +174,7 @@ func TestOnUnmatched(t *testing.T) {
 		if r.Outcome != OutcomeUnmatched || r.ReceiptID == 0 {
 			t.Fatalf("result = %+v", r)
 		}
-		if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE outcome = 'unmatched'`); got != 1 {
+		if got := f.rows.ReceiptsWithOutcome(t, OutcomeUnmatched); got != 1 {
 			t.Fatalf("unmatched receipts = %d", got)
 		}
 	})
@@ -184,7 +184,7 @@ func TestOnUnmatched(t *testing.T) {
 		if !errors.Is(err, ErrRetryLater) {
 			t.Fatalf("err = %v, want ErrRetryLater", err)
 		}
-		if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != 0 {
+		if got := f.rows.Receipts(t); got != 0 {
 			t.Fatalf("receipts = %d, want 0 (rolled back)", got)
 		}
 		f.managedEntity("order-x", "payment_pending", 10)
@@ -222,7 +222,7 @@ func TestOnUnmatched(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE entity_key = 'order-race' AND outcome = 'applied'`); got != 1 {
+		if got := f.rows.Count(t, f.rows.Tables.Events, "entity_key = $1 AND outcome = $2", "order-race", string(OutcomeApplied)); got != 1 {
 			t.Fatalf("applied fail transitions = %d, want 1", got)
 		}
 		// A copy of a recorded event whose entity has since been deleted is a duplicate
@@ -237,10 +237,10 @@ func TestOnUnmatched(t *testing.T) {
 				t.Fatalf("copy of %s after its entity was deleted = %+v, want a duplicate", e.ID, r)
 			}
 		}
-		if got := f.count(`SELECT count(*) FROM hk.entities WHERE entity_key IN ('order-new', 'order-race')`); got != 0 {
+		if got := f.rows.Count(t, f.rows.Tables.Entities, "entity_key IN ($1, $2)", "order-new", "order-race"); got != 0 {
 			t.Fatalf("entities re-created by duplicates = %d, want 0", got)
 		}
-		if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 2 {
+		if got := f.rows.Outbox(t); got != 2 {
 			t.Fatalf("outbox rows = %d, want 2 (paid, refunded)", got)
 		}
 	})
@@ -280,7 +280,7 @@ func TestReprocessAppliesOnceAfterTheEntityAppears(t *testing.T) {
 	if err != nil || !r.Duplicate || r.Outcome != OutcomeApplied {
 		t.Fatalf("second reprocess: %+v %v", r, err)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.outbox`); got != 1 {
+	if got := f.rows.Outbox(t); got != 1 {
 		t.Fatalf("outbox rows = %d", got)
 	}
 	if got := f.str(`SELECT outcome || ':' || (processed_at IS NOT NULL) FROM hk.webhook_events WHERE id = $1`, id); got != "applied:true" {
@@ -346,7 +346,7 @@ func TestRecordBatchIsOneTransaction(t *testing.T) {
 	if !errors.Is(err, ErrRetryLater) {
 		t.Fatalf("err = %v", err)
 	}
-	if got := f2.count(`SELECT count(*) FROM hk.webhook_events`) + f2.count(`SELECT count(*) FROM hk.outbox`); got != 0 {
+	if got := f2.rows.Receipts(t) + f2.rows.Outbox(t); got != 0 {
 		t.Fatalf("rows after a rolled-back batch = %d", got)
 	}
 	if got := f2.str(`SELECT state FROM hk.entities`); got != "payment_pending" {
@@ -417,7 +417,7 @@ func TestDatabaseFailureMidTransactionCommitsNothing(t *testing.T) {
 			if err := holder.Rollback(f.ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.count(`SELECT count(*) FROM hk.webhook_events`) + f.count(`SELECT count(*) FROM hk.outbox`) + f.count(`SELECT count(*) FROM hk.entity_clocks`); got != 0 {
+			if got := f.rows.Receipts(t) + f.rows.Outbox(t) + f.rows.Clocks(t); got != 0 {
 				t.Fatalf("rows after a failed transaction = %d, want 0", got)
 			}
 			if got := f.str(`SELECT status FROM public.orders`); got != "payment_pending" {
@@ -504,7 +504,7 @@ func TestLiveObjectFeedsTheGuard(t *testing.T) {
 	if _, err := record("o-down"); err == nil || !strings.Contains(err.Error(), "provider unavailable") {
 		t.Fatalf("live error: err = %v, want it returned", err)
 	}
-	if got := f.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = 'evt_o-down'`); got != 0 {
+	if got := f.rows.ReceiptsOf(t, "evt_o-down"); got != 0 {
 		t.Fatalf("a failed fetch stored a receipt")
 	}
 	before := calls

@@ -196,21 +196,21 @@ func mustExec(t *testing.T, c *pgx.Conn, sql string, args ...any) {
 	}
 }
 
+// rows counts rows of the endpoint's tables through f.admin (which a test may replace).
+func (f *fixture) rows() *testsupport.Rows {
+	return testsupport.NewRows(f.admin, store.TablesIn(schema))
+}
+
 // rowCounts counts the rows of every table the receiver may write.
 func (f *fixture) rowCounts() map[string]int64 {
 	f.t.Helper()
-	tables := store.TablesIn(schema)
-	out := map[string]int64{}
-	for name, table := range map[string]string{
-		"events": tables.Events, "entities": tables.Entities, "outbox": tables.Outbox, "clocks": tables.EntityClocks,
-	} {
-		var n int64
-		if err := f.admin.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-			f.t.Fatalf("count %s: %v", name, err)
-		}
-		out[name] = n
+	rows := f.rows()
+	return map[string]int64{
+		"events":   int64(rows.Receipts(f.t)),
+		"entities": int64(rows.Entities(f.t)),
+		"outbox":   int64(rows.Outbox(f.t)),
+		"clocks":   int64(rows.Clocks(f.t)),
 	}
-	return out
 }
 
 func (f *fixture) assertNothingStored() {

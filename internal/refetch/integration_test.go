@@ -26,6 +26,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -46,6 +47,7 @@ type harness struct {
 	ctx  context.Context
 	stub *stripeStub
 	pool *pgxpool.Pool
+	rows *testsupport.Rows
 	srv  *httptest.Server
 	logs *logBuffer
 }
@@ -134,7 +136,7 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &harness{t: t, ctx: ctx, stub: stub, pool: pool, srv: srv, logs: logs}
+	return &harness{t: t, ctx: ctx, stub: stub, pool: pool, rows: testsupport.NewRows(pool, store.TablesIn(testSchema)), srv: srv, logs: logs}
 }
 
 func (h *harness) order(txnID string, amount int64) {
@@ -183,19 +185,6 @@ func (h *harness) deliver(eventID, eventType, piID, txnID string) int {
 	return resp.StatusCode
 }
 
-func (h *harness) count(sql string, args ...any) int {
-	h.t.Helper()
-	var n int
-	if err := h.pool.QueryRow(h.ctx, sql, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", sql, err)
-	}
-	return n
-}
-
-func (h *harness) receipts(eventID string) int {
-	return h.count(`SELECT count(*) FROM hk.webhook_events WHERE event_id = $1`, eventID)
-}
-
 func (h *harness) receipt(eventID string) (outcome, detail string) {
 	h.t.Helper()
 	if err := h.pool.QueryRow(h.ctx, `SELECT outcome, detail FROM hk.webhook_events WHERE event_id = $1`, eventID).Scan(&outcome, &detail); err != nil {
@@ -211,10 +200,6 @@ func (h *harness) orderStatus(txnID string) string {
 		h.t.Fatal(err)
 	}
 	return s
-}
-
-func (h *harness) outboxRows(txnID string) int {
-	return h.count(`SELECT count(*) FROM hk.outbox WHERE entity_key = $1`, txnID)
 }
 
 func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
@@ -235,7 +220,7 @@ func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
 	if s := h.orderStatus("order-rpm"); s != "payment_pending" {
 		t.Errorf("order moved to %s", s)
 	}
-	if n := h.outboxRows("order-rpm"); n != 0 {
+	if n := h.rows.OutboxFor(t, "order-rpm"); n != 0 {
 		t.Errorf("%d outbox rows, want 0", n)
 	}
 	if n := h.stub.requests.Load(); n != 1 {
@@ -261,7 +246,7 @@ func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
 	if s := h.orderStatus("order-ok"); s != "paid" {
 		t.Errorf("order is %s, want paid", s)
 	}
-	if n := h.outboxRows("order-ok"); n != 1 {
+	if n := h.rows.OutboxFor(t, "order-ok"); n != 1 {
 		t.Errorf("%d outbox rows, want 1", n)
 	}
 }
@@ -307,7 +292,7 @@ func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
 	if code := h.deliver("evt_500", "payment_intent.succeeded", "pi_500", "order-500"); code != http.StatusServiceUnavailable {
 		t.Fatalf("delivery answered %d while the API fails, want 503", code)
 	}
-	if n := h.receipts("evt_500"); n != 0 {
+	if n := h.rows.ReceiptsOf(t, "evt_500"); n != 0 {
 		t.Fatalf("%d receipts stored for a 503, want 0", n)
 	}
 	if !bytes.Contains([]byte(h.logs.String()), []byte("webhook not recorded: provider re-fetch")) {
@@ -327,10 +312,10 @@ func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
 	if outcome, detail := h.receipt("evt_500"); outcome != string(receipt.OutcomeApplied) {
 		t.Errorf("outcome %s (%s), want applied", outcome, detail)
 	}
-	if n := h.receipts("evt_500"); n != 1 {
+	if n := h.rows.ReceiptsOf(t, "evt_500"); n != 1 {
 		t.Errorf("%d receipts, want 1", n)
 	}
-	if n := h.outboxRows("order-500"); n != 1 {
+	if n := h.rows.OutboxFor(t, "order-500"); n != 1 {
 		t.Errorf("%d outbox rows, want 1", n)
 	}
 	if s := h.orderStatus("order-500"); s != "paid" {
@@ -347,7 +332,7 @@ func TestProviderTimeoutIs503AndTheRetryApplies(t *testing.T) {
 	if code := h.deliver("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow"); code != http.StatusServiceUnavailable {
 		t.Fatalf("delivery answered %d while the API hangs, want 503", code)
 	}
-	if n := h.receipts("evt_slow"); n != 0 {
+	if n := h.rows.ReceiptsOf(t, "evt_slow"); n != 0 {
 		t.Fatalf("%d receipts stored for a 503, want 0", n)
 	}
 
@@ -371,7 +356,7 @@ func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
 	if code := h.deliver("evt_key", "payment_intent.succeeded", "pi_key", "order-key"); code != http.StatusServiceUnavailable {
 		t.Fatalf("delivery answered %d with a rejected key, want 503", code)
 	}
-	if n := h.receipts("evt_key"); n != 0 {
+	if n := h.rows.ReceiptsOf(t, "evt_key"); n != 0 {
 		t.Errorf("%d receipts stored for a 503, want 0", n)
 	}
 	logs := h.logs.String()
