@@ -30,6 +30,7 @@ func awaitReply(t *testing.T, m *groupMember) groupReply {
 }
 
 func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const n = 24
 	for i := range n {
@@ -99,6 +100,7 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 }
 
 func TestGroupConcurrentCopiesApplyOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const entities, copies = 8, 8
 	for i := range entities {
@@ -143,6 +145,7 @@ func TestGroupConcurrentCopiesApplyOnce(t *testing.T) {
 }
 
 func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES
 		 ('acme', 'txn-1', 'payment_pending', 100), ('acme', 'poison', 'payment_pending', 100), ('acme', 'txn-2', 'payment_pending', 100)`,
@@ -176,6 +179,7 @@ func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
 }
 
 func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.managedEntity("order-busy", "payment_pending", 100)
 	f.managedEntity("order-free", "payment_pending", 100)
@@ -222,6 +226,7 @@ func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
 }
 
 func TestGroupRetryLaterMemberWritesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, nil))
 	f.managedEntity("order-1", "payment_pending", 100)
 	missing := member(f.ctx, ev("evt_early", "payment_intent.succeeded", "order-later", 100, t0))

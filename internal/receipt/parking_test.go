@@ -58,6 +58,7 @@ func (f *fixture) outcomes() string {
 // it in the same transaction, and both effects are in the outbox in provider order,
 // each with the key it would have had in order.
 func TestRefundBeforeCaptureConverges(t *testing.T) {
+	t.Parallel()
 	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
 		refund := ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(10*time.Second))
 		if r := f.record(refund); r.Outcome != OutcomeParked {
@@ -97,6 +98,7 @@ func TestRefundBeforeCaptureConverges(t *testing.T) {
 }
 
 func TestStaleIsOlderThanTheLastAppliedEvent(t *testing.T) {
+	t.Parallel()
 	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
 		f.record(ev("evt_cap", "payment_intent.succeeded", "o-1", 500, t0.Add(5*time.Second)))
 		// A refund that claims to predate the capture it follows: its moment has passed.
@@ -111,6 +113,7 @@ func TestStaleIsOlderThanTheLastAppliedEvent(t *testing.T) {
 
 // A parked event that the releasing event makes stale is closed, not applied.
 func TestParkedEventMadeStaleIsClosed(t *testing.T) {
+	t.Parallel()
 	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
 		// A dispute (from paid or refunded) parks while the order is pending.
 		if r := f.record(ev("evt_dsp", "charge.dispute.created", "o-1", 500, t0)); r.Outcome != OutcomeParked {
@@ -127,6 +130,7 @@ func TestParkedEventMadeStaleIsClosed(t *testing.T) {
 }
 
 func TestParkingOff(t *testing.T) {
+	t.Parallel()
 	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
 	we.Spec.StateMachine.ParkFor = &metav1.Duration{}
 	f := newFixture(t, we)
@@ -143,6 +147,7 @@ func TestParkingOff(t *testing.T) {
 }
 
 func TestParkedEventsExpireAndReplay(t *testing.T) {
+	t.Parallel()
 	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
 		f.record(ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(time.Second)))
 		f.exec(`UPDATE hk.webhook_events SET received_at = now() - interval '73 hours'`)
@@ -180,6 +185,7 @@ func TestParkedEventsExpireAndReplay(t *testing.T) {
 // A guard that cannot be evaluated (a typo) records the error and applies nothing, not
 // even another transition of the same type; once the guard is fixed, a replay applies.
 func TestGuardErrorAppliesNothing(t *testing.T) {
+	t.Parallel()
 	withTypo := func(table *v1alpha1.EntityTableSpec) *v1alpha1.WebhookEndpoint {
 		we := endpointSpec(v1alpha1.UnmatchedRecord, table)
 		sm := &we.Spec.StateMachine
@@ -239,6 +245,7 @@ func TestGuardErrorAppliesNothing(t *testing.T) {
 // the entity row lock serialises them and every entity converges to the in-order
 // result with its effects in provider order.
 func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
+	t.Parallel()
 	for _, group := range []bool{true, false} {
 		t.Run(fmt.Sprintf("group commit %v", group), func(t *testing.T) {
 			t.Parallel()
@@ -303,6 +310,7 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 // A parked event whose transition re-fetches is fetched when it can apply, once, however
 // many release passes judge it: the fetch runs holding the entity's lock.
 func TestReleasedEventReFetchesOnceWhenItFits(t *testing.T) {
+	t.Parallel()
 	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
 	sm := &we.Spec.StateMachine
 	sm.States = append(sm.States, "shipped")

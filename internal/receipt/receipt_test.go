@@ -15,6 +15,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func TestConcurrentCopiesOfOneEventApplyOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.managedEntity("order-1", "payment_pending", 1000)
 	e := ev("evt_cap", "payment_intent.succeeded", "order-1", 1000, t0)
@@ -77,6 +78,7 @@ func TestConcurrentCopiesOfOneEventApplyOnce(t *testing.T) {
 }
 
 func TestAmountMismatchRecordsGuardFailedOnly(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.managedEntity("order-3", "payment_pending", 1000)
 	r := f.record(ev("evt_bad", "payment_intent.succeeded", "order-3", 999, t0))
@@ -110,6 +112,7 @@ func ordersBinding() *v1alpha1.EntityTableSpec {
 }
 
 func TestAppTableBinding(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES
 		 ('acme', 'txn-1', 'payment_pending', 125000),
@@ -149,6 +152,7 @@ func TestAppTableBinding(t *testing.T) {
 }
 
 func TestAppTableWithEnumStateAndIntegerKey(t *testing.T) {
+	t.Parallel()
 	table := &v1alpha1.EntityTableSpec{Schema: "shop data", Name: "Orders", KeyColumn: "order id", StateColumn: "state"}
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, table),
 		`CREATE SCHEMA "shop data"`,
@@ -168,7 +172,9 @@ func TestAppTableWithEnumStateAndIntegerKey(t *testing.T) {
 }
 
 func TestOnUnmatched(t *testing.T) {
+	t.Parallel()
 	t.Run("Record", func(t *testing.T) {
+		t.Parallel()
 		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 		r := f.record(ev("evt_u", "payment_intent.succeeded", "order-x", 10, t0))
 		if r.Outcome != OutcomeUnmatched || r.ReceiptID == 0 {
@@ -179,6 +185,7 @@ func TestOnUnmatched(t *testing.T) {
 		}
 	})
 	t.Run("Retry", func(t *testing.T) {
+		t.Parallel()
 		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, nil))
 		_, err := f.rec.Record(f.ctx, ev("evt_u", "payment_intent.succeeded", "order-x", 10, t0))
 		if !errors.Is(err, ErrRetryLater) {
@@ -193,6 +200,7 @@ func TestOnUnmatched(t *testing.T) {
 		}
 	})
 	t.Run("Create", func(t *testing.T) {
+		t.Parallel()
 		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedCreate, nil))
 		r := f.record(ev("evt_c", "payment_intent.succeeded", "order-new", 700, t0))
 		if r.Outcome != OutcomeApplied || !strings.Contains(r.Detail, DetailCreated) {
@@ -247,6 +255,7 @@ func TestOnUnmatched(t *testing.T) {
 }
 
 func TestUnhandledAndKeylessEvents(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, nil))
 	if r := f.record(ev("evt_n", "customer.created", "cus_1", 0, t0)); r.Outcome != OutcomeUnhandled {
 		t.Fatalf("unhandled: %+v", r)
@@ -261,6 +270,7 @@ func TestUnhandledAndKeylessEvents(t *testing.T) {
 }
 
 func TestReprocessAppliesOnceAfterTheEntityAppears(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	r := f.record(ev("evt_late", "payment_intent.succeeded", "order-9", 300, t0))
 	if r.Outcome != OutcomeUnmatched {
@@ -292,6 +302,7 @@ func TestReprocessAppliesOnceAfterTheEntityAppears(t *testing.T) {
 }
 
 func TestReprocessGuardFailedAfterFix(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES ('acme', 'txn-7', 'payment_pending', 100)`)
 	r := f.record(ev("evt_7", "payment_intent.succeeded", "txn-7", 150, t0))
@@ -309,6 +320,7 @@ func TestReprocessGuardFailedAfterFix(t *testing.T) {
 }
 
 func TestRecordBatchIsOneTransaction(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.managedEntity("o1", "payment_pending", 10)
 	f.managedEntity("o2", "payment_pending", 20)
@@ -357,8 +369,10 @@ func TestRecordBatchIsOneTransaction(t *testing.T) {
 // A connection lost mid-transaction (the backend terminated while Record waits for the
 // entity lock, after its receipt insert) commits nothing; so does a cancelled context.
 func TestDatabaseFailureMidTransactionCommitsNothing(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"terminate", "cancel"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 				`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES ('acme', 'txn-1', 'payment_pending', 100)`)
 
@@ -434,6 +448,7 @@ func TestDatabaseFailureMidTransactionCommitsNothing(t *testing.T) {
 // TestRoundTrips counts client writes (pgx flushes each pipeline once) per event, after
 // a warm-up that prepares the statements on the single connection.
 func TestRoundTrips(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
 		 SELECT 'acme', 'txn-' || g, 'payment_pending', 100 FROM generate_series(1, 10) g`)
@@ -467,6 +482,7 @@ func TestRoundTrips(t *testing.T) {
 }
 
 func TestLiveObjectFeedsTheGuard(t *testing.T) {
+	t.Parallel()
 	we := endpointSpec(v1alpha1.UnmatchedRecord, nil)
 	we.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{APIKeySecretRef: secretRef("stripe", "key"), Transitions: []string{"capture"}}
 	we.Spec.StateMachine.Transitions[0].Guard = `live != null && live.status == "succeeded" && event.amount == entity.amount`
