@@ -203,6 +203,7 @@ func (h *harness) orderStatus(txnID string) string {
 }
 
 func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-rpm", 2000)
 	h.stub.set("/v1/payment_intents/pi_rpm", http.StatusOK, objectFixture(t, "payment_intent_requires_payment_method.json", "pi_rpm", "order-rpm"))
@@ -229,6 +230,7 @@ func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
 }
 
 func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-ok", 2000)
 	h.stub.set("/v1/payment_intents/pi_ok", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_ok", "order-ok"))
@@ -252,6 +254,7 @@ func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
 }
 
 func TestLiveAmountBelowTheOrderDoesNotMoveIt(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-short", 5000) // the order expects more than the PaymentIntent received
 	h.stub.set("/v1/payment_intents/pi_short", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_short", "order-short"))
@@ -268,6 +271,7 @@ func TestLiveAmountBelowTheOrderDoesNotMoveIt(t *testing.T) {
 }
 
 func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-404", 2000)
 	// The stub knows no pi_123: it answers Stripe's resource_missing 404.
@@ -284,6 +288,7 @@ func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
 }
 
 func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-500", 2000)
 	path := "/v1/payment_intents/pi_500"
@@ -349,6 +354,7 @@ func TestProviderTimeoutIs503AndTheRetryApplies(t *testing.T) {
 }
 
 func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-key", 2000)
 	h.stub.set("/v1/payment_intents/pi_key", http.StatusUnauthorized, fixture(t, "error_401.json"))
@@ -369,6 +375,7 @@ func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
 }
 
 func TestTransitionsNotListedNeverCallTheAPI(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-fail", 2000)
 
