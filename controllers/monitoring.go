@@ -28,16 +28,17 @@ func (r *WebhookEndpointReconciler) installed(gvk schema.GroupVersionKind) (bool
 
 // reconcileMonitoring applies the ServiceMonitor and PrometheusRule when the Prometheus
 // Operator's CRDs are installed and the endpoint wants them; it never fails because
-// they are absent.
+// they are absent. Both carry the operator-wide labels merged with the endpoint's.
 func (r *WebhookEndpointReconciler) reconcileMonitoring(ctx context.Context, st *state) error {
 	ep := st.ep
+	labels := resources.MonitoringLabels(ep, r.Options.MonitoringLabels)
 	for _, m := range []struct {
 		gvk     schema.GroupVersionKind
 		enabled bool
 		build   func() *unstructured.Unstructured
 	}{
-		{resources.ServiceMonitorGVK, ep.Spec.Monitoring.ServiceMonitor.IsEnabled(), func() *unstructured.Unstructured { return resources.ServiceMonitor(ep) }},
-		{resources.PrometheusRuleGVK, ep.Spec.Monitoring.PrometheusRule.IsEnabled(), func() *unstructured.Unstructured { return resources.PrometheusRule(ep) }},
+		{resources.ServiceMonitorGVK, ep.Spec.Monitoring.ServiceMonitor.IsEnabled(), func() *unstructured.Unstructured { return resources.ServiceMonitor(ep, labels) }},
+		{resources.PrometheusRuleGVK, ep.Spec.Monitoring.PrometheusRule.IsEnabled(), func() *unstructured.Unstructured { return resources.PrometheusRule(ep, labels) }},
 	} {
 		ok, err := r.installed(m.gvk)
 		if err != nil {

@@ -40,6 +40,10 @@ type Options struct {
 	// KeyNamespace holds the Secret with the per-install key of the rollout hashes
 	// (HashKeySecretName): the operator's own namespace. Empty means DefaultKeyNamespace.
 	KeyNamespace string
+	// MonitoringLabels go on every endpoint's ServiceMonitor and PrometheusRule (the
+	// manager's --monitoring-labels); an endpoint's spec.monitoring.labels win on the
+	// same key, and neither overrides the operator's own labels.
+	MonitoringLabels map[string]string
 }
 
 // WebhookEndpointReconciler turns a WebhookEndpoint into a migration Job, a receiver

@@ -130,6 +130,10 @@ func (c *recordingCache) GetInformerForKind(ctx context.Context, gvk schema.Grou
 	return c.Cache.GetInformerForKind(ctx, gvk, opts...)
 }
 
+// testMonitoringLabels are the operator-wide labels of the test operator, as
+// --monitoring-labels would set them.
+var testMonitoringLabels = map[string]string{"release": "kube-prometheus-stack", "tier": "ops"}
+
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	// Errors only: the reconciler's expected conflicts and retries are not news.
@@ -160,7 +164,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: testImage}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: testImage, MonitoringLabels: testMonitoringLabels}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -175,7 +179,7 @@ func startEnv(t *testing.T) *env {
 	return &env{
 		ctx: ctx, k8s: k8s, scheme: scheme, cache: mgr.GetCache(), cacheUse: recorder,
 		direct: &controllers.WebhookEndpointReconciler{
-			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage},
+			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage, MonitoringLabels: testMonitoringLabels},
 		},
 	}
 }

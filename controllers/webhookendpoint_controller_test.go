@@ -545,7 +545,9 @@ func (e *env) testMonitoring(t *testing.T) {
 	g := NewWithT(t)
 	ns := e.namespace(t)
 	e.withSecrets(t, ns)
-	ep := e.ready(t, validEndpoint(ns, "mon"))
+	mon := validEndpoint(ns, "mon")
+	mon.Spec.Monitoring.Labels = map[string]v1alpha1.LabelValue{"release": "prom-payments", "team": "payments"}
+	ep := e.ready(t, mon)
 	// Without the CRDs the endpoint is Ready (above) and the kind is not even served.
 	err := e.k8s.Get(e.ctx, key(ns, resources.MonitoringName(ep)), monitoringObject("ServiceMonitor", ns, resources.MonitoringName(ep)))
 	g.Expect(meta.IsNoMatchError(err)).To(BeTrue(), "ServiceMonitor must not be served yet: %v", err)
@@ -559,6 +561,13 @@ func (e *env) testMonitoring(t *testing.T) {
 		}).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), kind)
 		cur := e.endpoint(g, ep)
 		ownedBy(t, obj, cur)
+		// The endpoint's labels over the operator-wide ones (testMonitoringLabels), the
+		// operator's own labels kept.
+		labels := obj.GetLabels()
+		g.Expect(labels).To(HaveKeyWithValue("release", "prom-payments"), kind)
+		g.Expect(labels).To(HaveKeyWithValue("team", "payments"), kind)
+		g.Expect(labels).To(HaveKeyWithValue("tier", "ops"), kind)
+		g.Expect(labels).To(HaveKeyWithValue(resources.LabelManagedBy, resources.ManagedBy), kind)
 	}
 
 	// Applying the same objects again is a no-op on the server.

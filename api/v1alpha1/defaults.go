@@ -69,6 +69,9 @@ const (
 	MaxMaxBodyBytes     = 32 << 20
 	MinMaxInFlight      = 1
 	MaxMaxInFlight      = 4096
+	// MaxMonitoringLabels bounds spec.monitoring.labels, and the operator-wide
+	// --monitoring-labels alike.
+	MaxMonitoringLabels = 16
 )
 
 // Default fills every empty field that has a CRD default, as the API server does for

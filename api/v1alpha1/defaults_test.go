@@ -151,6 +151,7 @@ func TestLimitsMatchTheCRD(t *testing.T) {
 		{"receiver.maxBodyBytes", "maximum", int64(v1alpha1.MaxMaxBodyBytes)},
 		{"receiver.maxInFlight", "minimum", int64(v1alpha1.MinMaxInFlight)},
 		{"receiver.maxInFlight", "maximum", int64(v1alpha1.MaxMaxInFlight)},
+		{"monitoring.labels", "maxProperties", int64(v1alpha1.MaxMonitoringLabels)},
 	}
 	for _, l := range limits {
 		if got := num(field(l.field)[l.keyword]); got != l.want {

@@ -626,6 +626,13 @@ type ToggleSpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
+// LabelValue is a Kubernetes label value: at most 63 alphanumerics, '-', '_' or '.',
+// starting and ending alphanumeric, or empty. (A named type so the CRD bounds each
+// value, which a rule over a map of plain strings cannot afford.)
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`
+type LabelValue string
+
 // MonitoringSpec configures Prometheus Operator objects, created only when their CRDs exist.
 type MonitoringSpec struct {
 	// serviceMonitor scrapes the receiver pods.
@@ -636,6 +643,18 @@ type MonitoringSpec struct {
 	// +kubebuilder:default={enabled: true}
 	// +optional
 	PrometheusRule ToggleSpec `json:"prometheusRule,omitempty"`
+	// labels are added to the metadata of the ServiceMonitor and the PrometheusRule, so
+	// the Prometheus that selects them by label picks them up: a default
+	// kube-prometheus-stack selects `release: <its Helm release name>`. They are merged
+	// over the operator-wide labels (the manager's --monitoring-labels, the chart's
+	// monitoring.labels), these winning on the same key. The operator's own labels
+	// (app.kubernetes.io/name, instance, component, managed-by and part-of) cannot be set
+	// here. At most 16 entries; keys and values follow the Kubernetes label syntax.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && (k.contains('/') ? (k.split('/')[0].size() <= 253 && k.split('/')[1].size() <= 63) : k.size() <= 63))",message="monitoring.labels keys must be label keys: an optional DNS subdomain prefix (at most 253 characters) and '/', then a name of at most 63 alphanumerics, '-', '_' or '.' that starts and ends alphanumeric"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/component', 'app.kubernetes.io/managed-by', 'app.kubernetes.io/part-of'])",message="monitoring.labels cannot set the operator's own labels (app.kubernetes.io/name, instance, component, managed-by, part-of)"
+	Labels map[string]LabelValue `json:"labels,omitempty"`
 }
 
 // ParentReference names a Gateway (or a listener of one) for an HTTPRoute.
@@ -723,7 +742,10 @@ type NetworkPolicySpec struct {
 	// +kubebuilder:default=true
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
-	// metricsFrom selects the namespaces allowed to scrape the metrics port.
+	// metricsFrom selects the namespaces allowed to scrape the metrics port (9090), e.g.
+	// {matchLabels: {kubernetes.io/metadata.name: monitoring}} for a Prometheus in the
+	// monitoring namespace. It replaces the default, pods of the endpoint's own namespace
+	// only; an empty selector admits every namespace.
 	// +optional
 	MetricsFrom *metav1.LabelSelector `json:"metricsFrom,omitempty"`
 	// egress, when set, limits the pods to DNS, the database and the sink.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,4 +61,19 @@ func TestFlagVocabulary(t *testing.T) {
 		}
 	}
 	walk(rootCmd)
+}
+
+// A malformed --monitoring-labels stops the manager before it talks to any cluster,
+// naming the flag.
+func TestManagerRejectsBadMonitoringLabels(t *testing.T) {
+	for _, bad := range []string{"release", "app.kubernetes.io/name=x", "bad key=v"} {
+		cmd := newManagerCmd()
+		cmd.SetArgs([]string{"--receiver-image=hookkeeper:test", "--monitoring-labels=" + bad})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), "--monitoring-labels") {
+			t.Errorf("--monitoring-labels=%s: %v", bad, err)
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
@@ -61,6 +62,7 @@ type managerFlags struct {
 	enableHTTP2      bool
 	keyNamespace     string
 	logLevel         string
+	monitoringLabels string
 }
 
 func newManagerCmd() *cobra.Command {
@@ -95,6 +97,10 @@ func newManagerCmd() *cobra.Command {
 	fl.StringVar(&f.keyNamespace, "key-namespace", os.Getenv(envNamespace),
 		"namespace of the Secret "+controllers.HashKeySecretName+" that keys the rollout hashes (default: $"+envNamespace+", else the pod's namespace)")
 	fl.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 (off by default: HTTP/2 rapid reset, CVE-2023-44487)")
+	fl.StringVar(&f.monitoringLabels, "monitoring-labels", "",
+		"labels added to every endpoint's ServiceMonitor and PrometheusRule, as key=value pairs separated by commas "+
+			"(e.g. release=kube-prometheus-stack, what a default kube-prometheus-stack selects by); "+
+			"an endpoint's spec.monitoring.labels win on the same key; the operator's own app.kubernetes.io labels cannot be set")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error (as the receiver's); wins over --zap-log-level")
 	// controller-runtime's zap flags stay for those who use them; --zap-log-level is the
 	// old spelling of --log-level.
@@ -110,6 +116,10 @@ func newManagerCmd() *cobra.Command {
 func runManager(cmd *cobra.Command, f managerFlags) error {
 	if f.receiverImage == "" {
 		return errors.New("no receiver image: set --receiver-image or " + envImage)
+	}
+	monitoringLabels, err := resources.ParseMonitoringLabels(f.monitoringLabels)
+	if err != nil {
+		return fmt.Errorf("--monitoring-labels: %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := controllers.AddToScheme(scheme); err != nil {
@@ -144,7 +154,9 @@ func runManager(cmd *cobra.Command, f managerFlags) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: f.receiverImage, KeyNamespace: keyNamespace}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{
+		ReceiverImage: f.receiverImage, KeyNamespace: keyNamespace, MonitoringLabels: monitoringLabels,
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -1,10 +1,14 @@
 package resources
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -45,10 +49,91 @@ func newUnstructured(gvk schema.GroupVersionKind, name, namespace string, labels
 	return u
 }
 
+// fixedLabelKeys are the operator's own labels, which no extra label may override.
+var fixedLabelKeys = []string{LabelName, LabelInstance, LabelComponent, LabelManagedBy, LabelPartOf}
+
+// MonitoringLabels are the labels of ep's ServiceMonitor and PrometheusRule: the
+// operator-wide labels (--monitoring-labels), then the endpoint's
+// spec.monitoring.labels over them, then the operator's own labels over both, so
+// neither can override those.
+func MonitoringLabels(ep *v1alpha1.WebhookEndpoint, operatorWide map[string]string) map[string]string {
+	out := make(map[string]string, len(operatorWide)+len(ep.Spec.Monitoring.Labels)+len(fixedLabelKeys))
+	for k, v := range operatorWide {
+		out[k] = v
+	}
+	for k, v := range ep.Spec.Monitoring.Labels {
+		out[k] = string(v)
+	}
+	for k, v := range Labels(ep, ComponentReceiver) {
+		out[k] = v
+	}
+	return out
+}
+
+// ParseMonitoringLabels reads the manager's --monitoring-labels: comma-separated
+// key=value pairs, e.g. "release=kube-prometheus-stack,team=payments". Every key must be
+// a label key and every value a label value, a key may appear once, the operator's own
+// app.kubernetes.io labels are refused, and there may be at most
+// v1alpha1.MaxMonitoringLabels, as in an endpoint's spec.monitoring.labels.
+// An empty string is no labels.
+func ParseMonitoringLabels(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	var errs []error
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%q is not key=value", pair))
+			continue
+		case slices.Contains(fixedLabelKeys, k):
+			errs = append(errs, fmt.Errorf("%q is the operator's own label and cannot be set", k))
+			continue
+		}
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("key %q: %s", k, strings.Join(msgs, "; ")))
+			continue
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("value %q of %s: %s", v, k, strings.Join(msgs, "; ")))
+			continue
+		}
+		if _, dup := out[k]; dup {
+			errs = append(errs, fmt.Errorf("key %q appears twice", k))
+			continue
+		}
+		out[k] = v
+	}
+	if len(out) > v1alpha1.MaxMonitoringLabels {
+		errs = append(errs, fmt.Errorf("%d labels, at most %d", len(out), v1alpha1.MaxMonitoringLabels))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// monitoringObject starts a ServiceMonitor or PrometheusRule with labels (see
+// MonitoringLabels); the operator's own labels are laid over them again, so a caller
+// cannot drop or override those.
+func monitoringObject(gvk schema.GroupVersionKind, ep *v1alpha1.WebhookEndpoint, labels map[string]string) *unstructured.Unstructured {
+	merged := make(map[string]string, len(labels)+len(fixedLabelKeys))
+	for k, v := range labels {
+		merged[k] = v
+	}
+	for k, v := range Labels(ep, ComponentReceiver) {
+		merged[k] = v
+	}
+	return newUnstructured(gvk, MonitoringName(ep), ep.Namespace, merged)
+}
+
 // ServiceMonitor scrapes the receiver Service's metrics port. honorLabels keeps the
 // metrics' own `endpoint` label (the WebhookEndpoint) instead of the scrape target's.
-func ServiceMonitor(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
-	u := newUnstructured(ServiceMonitorGVK, MonitoringName(ep), ep.Namespace, Labels(ep, ComponentReceiver))
+// labels are the object's labels, MonitoringLabels(ep, operator-wide labels).
+func ServiceMonitor(ep *v1alpha1.WebhookEndpoint, labels map[string]string) *unstructured.Unstructured {
+	u := monitoringObject(ServiceMonitorGVK, ep, labels)
 	u.Object["spec"] = map[string]any{
 		"selector": map[string]any{"matchLabels": stringMap(SelectorLabels(ep))},
 		"endpoints": []any{map[string]any{
@@ -84,7 +169,8 @@ func rule(alert, expr, forDuration, severity, summary, description string, ep *v
 // PrometheusRule holds the endpoint's alerts: the outbox is lagging, events are
 // dead-lettered, parked events expired, a guard fails to evaluate, signature failures spike (a wrong secret or an attack) and the share of
 // duplicates jumps (the provider is retrying because acknowledgements are slow or lost).
-func PrometheusRule(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
+// labels are the object's labels, MonitoringLabels(ep, operator-wide labels).
+func PrometheusRule(ep *v1alpha1.WebhookEndpoint, labels map[string]string) *unstructured.Unstructured {
 	sel := alertSelector(ep)
 	rules := []any{
 		rule("HookkeeperOutboxLagging",
@@ -114,7 +200,7 @@ func PrometheusRule(ep *v1alpha1.WebhookEndpoint) *unstructured.Unstructured {
 			"The share of duplicate deliveries jumped",
 			"More than 20% of deliveries are duplicates, three times the daily share: the provider is retrying, check response latency", ep),
 	}
-	u := newUnstructured(PrometheusRuleGVK, MonitoringName(ep), ep.Namespace, Labels(ep, ComponentReceiver))
+	u := monitoringObject(PrometheusRuleGVK, ep, labels)
 	u.Object["spec"] = map[string]any{
 		"groups": []any{map[string]any{
 			"name":  "hookkeeper." + ep.Namespace + "." + ep.Name,

@@ -44,6 +44,14 @@ func TestNetworkPolicy(t *testing.T) {
 			if tc.wantNSMatch != (from.NamespaceSelector != nil) || (!tc.wantNSMatch && from.PodSelector == nil) {
 				t.Errorf("metrics peer = %+v", from)
 			}
+			if tc.wantNSMatch && (from.PodSelector != nil ||
+				from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" ||
+				from.NamespaceSelector == tc.np.MetricsFrom) {
+				t.Errorf("metrics peer = %+v, want a copy of metricsFrom and no pod selector", from)
+			}
+			if !tc.wantNSMatch && (from.NamespaceSelector != nil || len(from.PodSelector.MatchLabels) != 0 || len(from.PodSelector.MatchExpressions) != 0) {
+				t.Errorf("metrics peer = %+v, want every pod of the endpoint's namespace only", from)
+			}
 			if len(p.Spec.Egress) != tc.wantEgress {
 				t.Errorf("egress rules = %d, want %d", len(p.Spec.Egress), tc.wantEgress)
 			}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -132,11 +134,29 @@ func TestHelmChartLintsAndApplies(t *testing.T) {
 	tool(t, "helm", "lint", "--strict", "charts/hookkeeper")
 	rendered := tool(t, "helm", "template", "hookkeeper", "charts/hookkeeper", "--namespace", "hookkeeper-system",
 		"--include-crds", "--set", "monitoring.serviceMonitor.enabled=true",
-		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboards.enabled=true")
+		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboards.enabled=true",
+		"--set", "monitoring.labels.release=kube-prometheus-stack", "--set", "monitoring.labels.team=payments")
 	objs := decode(t, rendered)
 	kinds := map[string]bool{}
 	for _, o := range objs {
 		kinds[o.GetKind()] = true
+		switch o.GetKind() {
+		case "ServiceMonitor", "PrometheusRule":
+			// monitoring.labels reach the chart's own monitoring objects ...
+			if o.GetLabels()["release"] != "kube-prometheus-stack" || o.GetLabels()["team"] != "payments" {
+				t.Errorf("%s labels = %v, want monitoring.labels among them", o.GetKind(), o.GetLabels())
+			}
+		case "Deployment":
+			// ... and the manager, for the per-endpoint ones, in the form it parses.
+			args, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			const want = "--monitoring-labels=release=kube-prometheus-stack,team=payments"
+			if !strings.Contains(fmt.Sprint(args), want) {
+				t.Errorf("manager container = %v, want the arg %s", args, want)
+			}
+			if _, err := resources.ParseMonitoringLabels(strings.TrimPrefix(want, "--monitoring-labels=")); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	for _, want := range []string{"CustomResourceDefinition", "ClusterRole", "Deployment", "ServiceMonitor", "PrometheusRule", "ConfigMap"} {
 		if !kinds[want] {

@@ -1,0 +1,58 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// spec.monitoring.labels takes at most 16 Kubernetes label keys and values, and never
+// the operator's own app.kubernetes.io labels.
+func TestCRDMonitoringLabels(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	many := map[string]v1alpha1.LabelValue{}
+	for i := range 17 {
+		many[fmt.Sprintf("l%d", i)] = "x"
+	}
+	cases := []struct {
+		name   string
+		labels map[string]v1alpha1.LabelValue
+		reject string // a substring of the error; empty means accepted
+	}{
+		{"release label", map[string]v1alpha1.LabelValue{"release": "kube-prometheus-stack", "example.com/team": "payments", "empty": ""}, ""},
+		{"longest name and prefix", map[string]v1alpha1.LabelValue{strings.Repeat("a", 253) + "/" + strings.Repeat("b", 63): v1alpha1.LabelValue(strings.Repeat("c", 63))}, ""},
+		{"too many", many, "16"},
+		{"bad key", map[string]v1alpha1.LabelValue{"no spaces": "x"}, "label keys"},
+		{"name too long", map[string]v1alpha1.LabelValue{strings.Repeat("a", 64): "x"}, "label keys"},
+		{"prefix too long", map[string]v1alpha1.LabelValue{strings.Repeat("a", 254) + "/b": "x"}, "label keys"},
+		{"bad value", map[string]v1alpha1.LabelValue{"release": "-x"}, "spec.monitoring.labels.release"},
+		{"value too long", map[string]v1alpha1.LabelValue{"release": v1alpha1.LabelValue(strings.Repeat("v", 64))}, "spec.monitoring.labels.release"},
+		{"operator's own label", map[string]v1alpha1.LabelValue{"app.kubernetes.io/managed-by": "me"}, "operator's own labels"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := validEndpoint("monitoring-labels-" + string(rune('a'+i)))
+			w.Spec.Monitoring.Labels = tc.labels
+			err := c.Create(ctx, w)
+			if err == nil {
+				t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
+			}
+			switch {
+			case tc.reject == "" && err != nil:
+				t.Fatalf("create: %v", err)
+			case tc.reject != "" && err == nil:
+				t.Fatal("admission accepted invalid monitoring.labels")
+			case tc.reject != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.reject)):
+				t.Fatalf("want an Invalid error containing %q, got %v", tc.reject, err)
+			}
+		})
+	}
+}
