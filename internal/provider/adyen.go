@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -53,6 +54,9 @@ func init() {
 		},
 	})
 }
+
+// merchantReferenceField is the index of merchantReference among the signed fields.
+const merchantReferenceField = 3
 
 // adyenItem is one notification item reduced to what its signature covers.
 type adyenItem struct {
@@ -191,6 +195,14 @@ func parseAdyenItem(raw json.RawMessage) (adyenItem, error) {
 	for i, f := range fields {
 		if it.fields[i], err = f.render(f.raw); err != nil {
 			return adyenItem{}, fmt.Errorf("%s: %w", f.name, err)
+		}
+		// Adyen joins the fields with ':' and escapes nothing, so one signed text
+		// could be split into other fields (pspReference "P:" with an empty
+		// originalReference signs what "P" and ":" ... sign). Only merchantReference
+		// (the merchant's own text) may hold ':'; with every other field free of it,
+		// the split is unique and a signature vouches for one reading only.
+		if i != merchantReferenceField && strings.Contains(it.fields[i], ":") {
+			return adyenItem{}, fmt.Errorf("%s holds ':', which would make the signed text ambiguous", f.name)
 		}
 	}
 	if it.signature, err = stringField(additional["hmacSignature"]); err != nil {

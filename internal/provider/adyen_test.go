@@ -255,3 +255,26 @@ func init() {
 		return signed{spec: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secret: adyenKeyA, req: req}
 	}
 }
+
+// Adyen's signed text joins eight fields with ':' and escapes nothing: a captured item
+// re-split into other fields (pspReference "P:" and merchantReference "R") signs the
+// same text as the genuine one (pspReference "P", merchantReference ":R"), so it would
+// verify as a new event with another id and entity. Only merchantReference may hold ':'.
+func TestAdyenSignedTextHasOneReading(t *testing.T) {
+	verifier := adyenVerifierWith(t, adyenKeyA)
+	genuine := adyenTestItem{PSP: "8816", Merchant: "Shop", Reference: "order:42", Value: 1000, Currency: "EUR", EventCode: "AUTHORISATION", Success: "true"}
+	if err := verifier.Verify(adyenRequest(adyenBatch(t, genuine.json(genuine.sign(t, adyenKeyA))))); err != nil {
+		t.Fatalf("a merchantReference with ':' must verify: %v", err)
+	}
+	// The genuine item's signed text "8816::Shop:order:42:..." also reads as
+	// pspReference "8816:", originalReference "Shop", merchantAccountCode "order",
+	// merchantReference "42": the same signature over a re-split item.
+	resplit := adyenTestItem{PSP: "8816:", Original: "Shop", Merchant: "order", Reference: "42", Value: 1000, Currency: "EUR", EventCode: "AUTHORISATION", Success: "true"}
+	if resplit.signingString() != genuine.signingString() {
+		t.Fatalf("the re-split item signs %q, not %q", resplit.signingString(), genuine.signingString())
+	}
+	forged := resplit.json(genuine.sign(t, adyenKeyA))
+	if got := signature.ReasonOf(verifier.Verify(adyenRequest(adyenBatch(t, forged)))); got != signature.ReasonMalformedHeader {
+		t.Fatalf("a pspReference holding ':' verified or failed otherwise: %q", got)
+	}
+}

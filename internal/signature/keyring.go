@@ -23,6 +23,8 @@ type Keyring struct {
 	// newHash is the HMAC hash; nil for an Ed25519 keyring.
 	newHash func() hash.Hash
 	keys    []Key
+	// size is the length of one signature (the hash's, or Ed25519's).
+	size int
 }
 
 // Key is one decoded key with its expiry.
@@ -47,7 +49,10 @@ func newKeyring(newHash func() hash.Hash, secrets []Secret, decode func(string) 
 	if len(secrets) == 0 {
 		return nil, ErrNoSecrets
 	}
-	k := &Keyring{newHash: newHash, keys: make([]Key, 0, len(secrets))}
+	k := &Keyring{newHash: newHash, keys: make([]Key, 0, len(secrets)), size: ed25519.SignatureSize}
+	if newHash != nil {
+		k.size = newHash().Size()
+	}
 	for i, s := range secrets {
 		if err := plainValue(s.Value); err != nil {
 			return nil, fmt.Errorf("signing secret %d: %w", i, err)
@@ -64,12 +69,7 @@ func newKeyring(newHash func() hash.Hash, secrets []Secret, decode func(string) 
 
 // SignatureSize is the length of one signature, used to discard candidates that cannot
 // match.
-func (k *Keyring) SignatureSize() int {
-	if k.newHash == nil {
-		return ed25519.SignatureSize
-	}
-	return k.newHash().Size()
-}
+func (k *Keyring) SignatureSize() int { return k.size }
 
 // Active returns the keys that verify at now. A zero now returns none, so a caller that
 // forgot to pass the clock cannot resurrect expired keys.

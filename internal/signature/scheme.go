@@ -243,7 +243,9 @@ func (v *SchemeVerifier) Open(req Request) (*Verified, error) {
 		if candidates, timestamp, ferr = v.parseComposite(name, sigValue); ferr != nil {
 			return nil, ferr
 		}
-		tsName = name + " " + c.TimestampKey
+		if c.TimestampKey != "" {
+			tsName = name + " " + c.TimestampKey
+		}
 	} else {
 		candidates = v.parseList(sigValue)
 		if set.Timestamp != "" {
@@ -336,13 +338,13 @@ func (v *SchemeVerifier) parseComposite(name, value string) ([][]byte, string, *
 		if !ok {
 			return nil, "", Fail(ReasonMalformedHeader, "%s has an element that is not key%svalue", name, c.KeyValueSeparator)
 		}
-		switch key {
-		case c.TimestampKey:
+		switch {
+		case c.TimestampKey != "" && key == c.TimestampKey:
 			if seen {
 				return nil, "", Fail(ReasonMalformedHeader, "%s has more than one %s", name, c.TimestampKey)
 			}
 			seen, timestamp = true, val
-		case c.SignatureKey:
+		case key == c.SignatureKey:
 			if sig, ok := DecodeSignature(v.scheme.Encoding, val, v.keys.SignatureSize()); ok {
 				candidates = append(candidates, sig)
 			}

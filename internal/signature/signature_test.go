@@ -84,6 +84,28 @@ func TestCompositeHeader(t *testing.T) {
 	}
 }
 
+// A composite header without a timestamp key signs no time: a request verifies on its
+// signature alone, and a pair with an empty key is not taken for a signed timestamp.
+func TestCompositeHeaderWithoutTimestamp(t *testing.T) {
+	scheme := Scheme{
+		HeaderSets: []HeaderSet{{Signature: "X-Sig"}},
+		Composite:  &Composite{PairSeparator: ",", KeyValueSeparator: "=", SignatureKey: "v1"},
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   MustTemplate("{body}"),
+	}
+	v := hmacVerifier(t, scheme, "key")
+	body := `{"id":"evt_1"}`
+	for _, header := range []string{"v1=" + macHex("key", body), "=12345,v1=" + macHex("key", body)} {
+		verified, err := v.Open(Request{Header: http.Header{"X-Sig": {header}}, Body: []byte(body), Now: testNow})
+		if err != nil {
+			t.Fatalf("%q: %v", header, err)
+		}
+		if ts, ok := verified.Signed()[SignedTimestamp]; ok {
+			t.Fatalf("%q: signed.timestamp %q, but the scheme signs no time", header, ts)
+		}
+	}
+}
+
 // {method} and {url} are signed as configured; the same request to another URL or
 // with another method does not verify.
 func TestMethodAndURLPlaceholders(t *testing.T) {
