@@ -285,6 +285,9 @@ func TestMailgunPresets(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			vals, _ := presetsOfSigned(t, vectorSigned(v), nil)
 			got := vals.raw()
+			if _, ok := want[v.Name]; !ok {
+				t.Fatalf("no expected presets for vector %s", v.Name)
+			}
 			for field, w := range want[v.Name] {
 				if got[field] != w {
 					t.Errorf("%s = %v, want %v", field, got[field], w)

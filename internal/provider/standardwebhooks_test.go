@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,11 @@ func init() {
 func TestStandardWebhooksKeysOfBothKinds(t *testing.T) {
 	now := time.Unix(1767225600, 0)
 	signer := customSigners[v1alpha1.ProviderStandardWebhooks]
-	symmetric, asymmetric := signer(t, []byte(`{"a":1}`), now), signer(t, []byte(`{"a":12}`), now)
+	// Even-length bodies are signed with the whsec_ key, odd-length ones with Ed25519.
+	symmetric, asymmetric := signer(t, []byte(`{"a":12}`), now), signer(t, []byte(`{"a":1}`), now)
+	if !strings.HasPrefix(symmetric.secret, "whsec_") || !strings.HasPrefix(asymmetric.secret, "whpk_") {
+		t.Fatalf("the signer's key kinds: %q, %q", symmetric.secret[:6], asymmetric.secret[:5])
+	}
 	both, err := NewVerifier(symmetric.spec, []signature.Secret{{Value: symmetric.secret}, {Value: asymmetric.secret}})
 	if err != nil {
 		t.Fatal(err)
