@@ -68,9 +68,14 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 		ep.Status.SchemaVersion = store.SchemaVersion
 		return r.pruneMigrationJobs(ctx, ep, job.Name)
 	case jobCondition(job, batchv1.JobFailed):
-		detail := r.terminationMessage(ctx, job)
-		if detail == "" {
-			detail = jobFailure(job)
+		// The Job's own reason first (a deadline, the backoff limit), then what the
+		// last attempt said.
+		detail := jobFailure(job)
+		if last := r.terminationMessage(ctx, job); last != "" {
+			if detail != "" {
+				detail += "; "
+			}
+			detail += "last attempt: " + last
 		}
 		msg := fmt.Sprintf("migration Job %s/%s failed", job.Namespace, job.Name)
 		if job.Status.Failed > 0 {

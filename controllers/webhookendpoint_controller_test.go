@@ -437,7 +437,7 @@ func (e *env) testMigrationFailure(t *testing.T) {
 
 	cur = e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrationFailed)
 	msg := condition(cur, v1alpha1.ConditionDatabaseMigrated).Message
-	g.Expect(msg).To(ContainSubstring("failed after 3 attempts: permission denied for database app; fix the cause and delete the Job"))
+	g.Expect(msg).To(ContainSubstring("failed after 3 attempts: BackoffLimitExceeded; last attempt: permission denied for database app; fix the cause and delete the Job"))
 	g.Expect(msg).To(ContainSubstring(job.Name))
 	g.Expect(condition(cur, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionTrue))
 	e.noReceiverObjectsExceptJob(t, ep)

@@ -305,9 +305,6 @@ func (h *handler) ack(w http.ResponseWriter, start time.Time, events []event.Eve
 		outcome = outcomeDuplicate
 	}
 	status, body, contentType := h.opts.Ack.Status, h.opts.Ack.Body, h.opts.Ack.ContentType
-	if status == 0 {
-		status = http.StatusOK
-	}
 	if body == nil && status != http.StatusNoContent {
 		body, _ = json.Marshal(ackJSON{Received: true, Duplicate: duplicate})
 		contentType = "application/json"
@@ -361,6 +358,9 @@ func (h *handler) reject(w http.ResponseWriter, code int, msg string) {
 }
 
 func (h *handler) respond(w http.ResponseWriter, code int, outcome, contentType string, body []byte) {
+	if code == 0 {
+		code = http.StatusOK // a provider's Response may leave the status to the default
+	}
 	metrics.Requests.WithLabelValues(h.opts.Endpoint, strconv.Itoa(code), outcome).Inc()
 	if contentType != "" {
 		w.Header().Set("Content-Type", contentType)
