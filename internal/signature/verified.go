@@ -21,9 +21,11 @@ import (
 // returns a Verified with content.
 type Verified struct {
 	now time.Time
-	// docs are the signed JSON documents, one per event: for Adyen, each
-	// NotificationRequestItem object exactly as it appears in the body; for every other
-	// provider the one document of the body.
+	// docs are the signed JSON documents, one per event: the one document of the body
+	// for most providers; for a batch provider one per event (Adyen's
+	// NotificationRequestItem objects, HubSpot's array elements, exactly as they
+	// appear in the body); for a form the provider signs field by field (Twilio), a
+	// JSON object of the fields.
 	docs []json.RawMessage
 	// docErr says why a verified body holds no document (not JSON, not a form with one
 	// payload field): a payload problem (400), not a signature problem (401).
@@ -66,15 +68,17 @@ func (v *Verified) MAC(msg []byte) (mac []byte, ok bool) {
 
 // Signed-value keys of Verified.Signed.
 const (
-	// SignedDigest is "sha256:<hex>" of the raw body, present when the signature covers
-	// the whole body (every scheme except Adyen's per-item signatures).
+	// SignedDigest is "sha256:<hex>" of the signed bytes, present when the signature
+	// covers the whole body (absent for Adyen's per-item signatures and for Mailgun,
+	// whose signature covers only a timestamp and a token; for a Twilio form, the
+	// digest of the signed fields).
 	SignedDigest = "digest"
 	// SignedID is the delivery id the signature covers (Standard Webhooks' webhook-id or
 	// svix-id, whichever set verified; an HMAC scheme's {id}).
 	SignedID = "id"
-	// SignedTimestamp is the signed Unix timestamp in seconds, as sent (Stripe's t,
-	// Slack's, Standard Webhooks', an HMAC scheme's {timestamp}); it was within the
-	// tolerance of Now.
+	// SignedTimestamp is the signed time in Unix seconds, whatever its wire format
+	// (Stripe's t, Slack's, Twitch's RFC 3339, HubSpot's milliseconds, an HMAC scheme's
+	// {timestamp}); it was within the tolerance of Now.
 	SignedTimestamp = "timestamp"
 )
 
