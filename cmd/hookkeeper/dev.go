@@ -29,6 +29,7 @@ type devFlags struct {
 	binDir   string
 	stateDir string
 	demo     bool
+	cluster  bool
 }
 
 func newDevCmd() *cobra.Command {
@@ -40,13 +41,16 @@ func newDevCmd() *cobra.Command {
 			"a node agent that runs each Pod as a process of this binary on its own 127.0.0.N address,\n" +
 			"a proxy that makes every Service reachable on 127.0.0.1, PostgreSQL ($" + config.EnvDatabaseURL + ", or a\n" +
 			"throwaway server from the local binaries) and the operator, then applies the Stripe orders\n" +
-			"sample and serves until interrupted. --demo then sends scripted signed webhooks.",
+			"sample and serves until interrupted. --demo then sends scripted signed webhooks.\n\n" +
+			"--cluster=false needs no control plane: it runs the Stripe orders sample's receiver in this\n" +
+			"process on PostgreSQL, sends the same scripted webhooks, prints the table and exits.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), f) },
 	}
 	cmd.Flags().StringVar(&f.binDir, "bin-dir", "", "directory of the control-plane binaries (default: $"+devcluster.EnvBinDir+", else <repo>/bin)")
 	cmd.Flags().StringVar(&f.stateDir, "state-dir", "", "directory for the kubeconfig, logs and pod logs (default: a temporary directory removed on exit)")
 	cmd.Flags().BoolVar(&f.demo, "demo", false, "send scripted signed Stripe webhooks once ready and print what happened")
+	cmd.Flags().BoolVar(&f.cluster, "cluster", true, "start the local cluster; false: the demo against an in-process receiver, then exit")
 	return cmd
 }
 
@@ -56,6 +60,9 @@ func runDev(parent context.Context, f devFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !f.cluster {
+		return runLocalDemo(ctx)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find this executable: %w", err)
@@ -151,4 +158,20 @@ func runDev(parent context.Context, f devFlags) error {
 	case <-session.Failed():
 		return session.Err()
 	}
+}
+
+// runLocalDemo is `hookkeeper dev --cluster=false`: the demo without a control plane. The
+// receiver logs only warnings and errors, to stderr; the table goes to stdout.
+func runLocalDemo(ctx context.Context) error {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	log := zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.WarnLevel))
+	return devcluster.RunLocalDemo(ctx, devcluster.LocalDemoOptions{
+		RepoRoot:    root,
+		DatabaseURL: os.Getenv(config.EnvDatabaseURL),
+		Out:         os.Stdout,
+		Log:         log,
+	})
 }

@@ -125,22 +125,65 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	if err != nil {
 		return fmt.Errorf("load endpoint: %w", err)
 	}
-	log = log.WithValues("endpoint", ep.Key())
+	podIP := os.Getenv(config.EnvPodIP)
+	webhookAddr := f.listenAddress
+	if webhookAddr == "" {
+		webhookAddr = net.JoinHostPort(podIP, strconv.Itoa(config.WebhookPort))
+	}
+	adminAddr := f.adminAddress
+	if adminAddr == "" {
+		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
+	}
+	return Serve(ctx, ServeOptions{
+		Endpoint:        ep,
+		Getenv:          os.Getenv,
+		Dispatcher:      f.dispatcher,
+		GroupCommit:     group,
+		WebhookAddr:     webhookAddr,
+		AdminAddr:       adminAddr,
+		MaxInFlight:     f.maxInFlight,
+		DrainDelay:      f.drainDelay,
+		ShutdownTimeout: f.shutdownTimeout,
+		Log:             log,
+	})
+}
 
+// ServeOptions is one receiver's wiring: what `hookkeeper receiver` builds from its flags
+// and environment, and what `hookkeeper dev --cluster=false` builds in process.
+type ServeOptions struct {
+	Endpoint *config.Endpoint
+	// Getenv reads the rest of the receiver's environment (the refetch API key).
+	Getenv func(string) string
+	// Dispatcher runs the outbox dispatcher in the same process.
+	Dispatcher  bool
+	GroupCommit receipt.GroupCommit
+	// WebhookAddr and AdminAddr are the listen addresses (host:port).
+	WebhookAddr, AdminAddr string
+	// MaxInFlight overrides spec.receiver.maxInFlight when positive.
+	MaxInFlight     int
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+	Log             logr.Logger
+}
+
+// Serve opens the endpoint's database pool and serves webhooks (and the admin port, the
+// parking sweep, the notifier and, when asked, the dispatcher) until ctx ends, then
+// drains. The pool is closed last, after everything that uses it has stopped.
+func Serve(ctx context.Context, o ServeOptions) error {
+	ep, log, group := o.Endpoint, o.Log.WithValues("endpoint", o.Endpoint.Key()), o.GroupCommit
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	pool, err := store.Open(openCtx, ep.DatabaseURL, ep.Spec.Database.MaxConnections)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
-	// Closed last, after the servers and the dispatcher have stopped using it.
 	defer pool.Close()
 
 	reg := prometheus.NewRegistry()
 	metrics.Register(reg)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, os.Getenv, refetch.Options{Logger: log.WithName("refetch")})
+	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, o.Getenv, refetch.Options{Logger: log.WithName("refetch")})
 	if err != nil {
 		return fmt.Errorf("configure refetch: %w", err)
 	}
@@ -150,7 +193,7 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	notifier := outbox.NewNotifier(pool, ep.Key(), log.WithName("notifier"))
 	tasks := []receiver.Task{{Name: "notifier", Run: notifier.Run}}
 	wake := notifier.Notify
-	if f.dispatcher {
+	if o.Dispatcher {
 		opts := outbox.FromEndpoint(ep)
 		opts.Logger = log.WithName("dispatcher")
 		d := outbox.NewDispatcher(pool, opts)
@@ -172,23 +215,14 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
 	}})
 
-	podIP := os.Getenv(config.EnvPodIP)
-	webhookAddr := f.listenAddress
-	if webhookAddr == "" {
-		webhookAddr = net.JoinHostPort(podIP, strconv.Itoa(config.WebhookPort))
-	}
-	adminAddr := f.adminAddress
-	if adminAddr == "" {
-		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
-	}
 	maxInFlight := int(ep.Spec.Receiver.MaxInFlight)
-	if f.maxInFlight > 0 {
-		maxInFlight = f.maxInFlight
+	if o.MaxInFlight > 0 {
+		maxInFlight = o.MaxInFlight
 	}
 	schema := ep.Spec.Database.Schema
 	srv, err := receiver.NewServer(receiver.ServerOptions{
-		WebhookAddr: webhookAddr,
-		AdminAddr:   adminAddr,
+		WebhookAddr: o.WebhookAddr,
+		AdminAddr:   o.AdminAddr,
 		Webhook:     handler,
 		Endpoint:    ep.Key(),
 		MaxInFlight: maxInFlight,
@@ -197,15 +231,15 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 		Schema:          func(ctx context.Context) error { return store.CheckSchema(ctx, pool, schema) },
 		Gatherer:        reg,
 		Tasks:           tasks,
-		DrainDelay:      f.drainDelay,
-		ShutdownTimeout: f.shutdownTimeout,
+		DrainDelay:      o.DrainDelay,
+		ShutdownTimeout: o.ShutdownTimeout,
 		Logger:          log,
 	})
 	if err != nil {
 		return err
 	}
 	log.Info("starting receiver", "version", version.Get().String(), "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
-		"dispatcher", f.dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", maxInFlight)
+		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", maxInFlight)
 	return srv.Run(ctx)
 }
 

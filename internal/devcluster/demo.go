@@ -100,11 +100,39 @@ func RunDemo(ctx context.Context, s *Session, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	secret := s.Samples.SigningSecrets[ep.Name]
-	endpointKey := ep.Namespace + "/" + ep.Name
-	if ep.Namespace == "" {
-		endpointKey = s.Samples.Namespace + "/" + ep.Name
+	namespace := ep.Namespace
+	if namespace == "" {
+		namespace = s.Samples.Namespace
 	}
+	return RunDemoAt(ctx, DemoTarget{
+		URL:         url,
+		Secret:      s.Samples.SigningSecrets[ep.Name],
+		Endpoint:    namespace + "/" + ep.Name,
+		Schema:      ep.Spec.Database.Schema,
+		DatabaseURL: s.DatabaseURL,
+		Sink:        s.Sink,
+	}, out)
+}
+
+// DemoTarget is where RunDemoAt sends the scripted webhooks and reads their results:
+// the Stripe orders sample's receiver, in the local cluster or in process.
+type DemoTarget struct {
+	// URL is the receiver's webhook URL; Secret the sample's Stripe signing secret.
+	URL, Secret string
+	// Endpoint is the endpoint's key (namespace/name); Schema its hookkeeper schema
+	// ("" for the default).
+	Endpoint, Schema string
+	// DatabaseURL is the database of the receipts and of public.orders.
+	DatabaseURL string
+	// Sink is where the endpoint delivers.
+	Sink *Sink
+}
+
+// RunDemoAt sends the scripted webhooks to t and prints one table row per step: the
+// HTTP answers, the receipt's outcome, the order's state and the order's outbox rows
+// with their delivery.
+func RunDemoAt(ctx context.Context, t DemoTarget, out io.Writer) error {
+	url, secret, endpointKey := t.URL, t.Secret, t.Endpoint
 	run := strconv.FormatInt(time.Now().Unix(), 36) // event ids unique per run
 	now := time.Now()
 	post := func(body []byte, key string) func(context.Context) ([]int, error) {
@@ -131,12 +159,12 @@ func RunDemo(ctx context.Context, s *Session, out io.Writer) error {
 		{title: "amount mismatch", eventID: "evt_" + run + "_short", order: "order-1004", send: post(short, secret)},
 	}
 
-	conn, err := s.DB(ctx)
+	conn, err := pgx.Connect(ctx, t.DatabaseURL)
 	if err != nil {
-		return err
+		return fmt.Errorf("connect to the demo database: %w", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	schema := ep.Spec.Database.Schema
+	schema := t.Schema
 	if schema == "" {
 		schema = "hookkeeper"
 	}
@@ -149,7 +177,7 @@ func RunDemo(ctx context.Context, s *Session, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("demo step %q: %w", st.title, err)
 		}
-		row, err := demoRow(ctx, conn, s.Sink, schema, endpointKey, st)
+		row, err := demoRow(ctx, conn, t.Sink, schema, endpointKey, st)
 		if err != nil {
 			return fmt.Errorf("demo step %q: %w", st.title, err)
 		}

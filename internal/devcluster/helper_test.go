@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // envHelper makes the test binary act as the Pods' executable: the node agent re-runs
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	testsupport.Main(m) // stops the throwaway PostgreSQL TestLocalDemo may start
 }
 
 // helperMain implements the helper's commands:

@@ -183,8 +183,9 @@ func adaptSample(scheme *runtime.Scheme, u *unstructured.Unstructured, opts Samp
 	return obj, nil
 }
 
-// SeedOrders creates the app table the Stripe sample binds to and inserts SampleOrders
-// in state payment_pending; existing rows are left as they are.
+// SeedOrders creates the app table the Stripe sample binds to and puts SampleOrders in
+// state payment_pending, resetting them when they exist, so that every demo starts from
+// the same orders.
 func SeedOrders(ctx context.Context, databaseURL string) error {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
@@ -202,7 +203,9 @@ func SeedOrders(ctx context.Context, databaseURL string) error {
 	batch := &pgx.Batch{}
 	for id, amount := range SampleOrders {
 		batch.Queue(`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
-			VALUES ('acme', $1, 'payment_pending', $2) ON CONFLICT DO NOTHING`, id, amount)
+			VALUES ('acme', $1, 'payment_pending', $2)
+			ON CONFLICT (tenant_id, client_txn_id) DO UPDATE
+			SET status = EXCLUDED.status, expected_amount_paise = EXCLUDED.expected_amount_paise`, id, amount)
 	}
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("seed orders: %w", err)
