@@ -35,8 +35,10 @@ import (
 // away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
 //
 // There is no timer: a group is whatever is queued when a transaction slot frees up, so
-// a lone request starts at once and costs what it always did (two round trips). Groups
-// grow only under concurrency, where they pay.
+// a lone request starts at once and costs what it always did (two round trips). A
+// delivery that finds nobody queued, no group forming and a slot free runs on its own
+// goroutine, without being handed to a leader and back. Groups grow only under
+// concurrency, where they pay.
 
 // GroupCommit configures group commit (WithGroupCommit).
 type GroupCommit struct {
@@ -104,12 +106,20 @@ type grouper struct {
 func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error) {
 	m := &groupMember{ctx: ctx, ev: ev, live: live, reply: make(chan groupReply, 1)}
 	g.mu.Lock()
-	g.queue = append(g.queue, m)
-	if g.leaders < g.cfg.Transactions {
+	if len(g.queue) == 0 && g.leaders < g.cfg.Transactions && g.forming.TryLock() {
+		// Nobody waits and a transaction slot is free: the delivery is a group of one,
+		// run on its own goroutine, with no hand-over to a leader and back.
 		g.leaders++
-		go g.lead()
+		g.mu.Unlock()
+		g.runAlone(m)
+	} else {
+		g.queue = append(g.queue, m)
+		if g.leaders < g.cfg.Transactions {
+			g.leaders++
+			go g.lead()
+		}
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
 	select {
 	case rep := <-m.reply:
 		return rep.res, rep.err
@@ -118,6 +128,24 @@ func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error
 		// commit: unacknowledged either way, and a redelivery is a duplicate.
 		return Result{}, fmt.Errorf("record event %s: %w", ev.ID, ctx.Err())
 	}
+}
+
+// runAlone runs m as a group of one on the caller's goroutine, holding g.forming (which
+// the caller took) until its lock is held, like any leader: deliveries that arrive
+// meanwhile queue for the next group. Afterwards the slot passes to a leader when
+// deliveries have queued, else it is given back.
+func (g *grouper) runAlone(m *groupMember) {
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(1)
+	}
+	g.run([]*groupMember{m}, sync.OnceFunc(g.forming.Unlock))
+	g.mu.Lock()
+	if len(g.queue) > 0 {
+		go g.lead()
+	} else {
+		g.leaders--
+	}
+	g.mu.Unlock()
 }
 
 // lead runs groups until the queue is empty. One group at a time forms and takes its

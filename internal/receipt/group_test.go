@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,5 +275,40 @@ func TestGroupTakeSkipsConflictsAndGoneCallers(t *testing.T) {
 	}
 	if rep := awaitReply(t, goneMember); !errors.Is(rep.err, context.Canceled) {
 		t.Fatalf("the member whose caller left: %+v, %v; want context.Canceled", rep.res, rep.err)
+	}
+}
+
+func TestGroupLoneDeliveryRunsOnTheCallersGoroutine(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	f.managedEntity("order-1", "payment_pending", 1000)
+	// Observe runs where the group runs: on the caller's goroutine, Record is on its stack;
+	// on a leader's, the stack starts at the leader.
+	var onCaller []bool
+	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 2, Observe: func(int) {
+		pcs := make([]uintptr, 64)
+		frames := runtime.CallersFrames(pcs[:runtime.Callers(0, pcs)])
+		found := false
+		for {
+			fr, more := frames.Next()
+			found = found || strings.HasSuffix(fr.Function, ".(*Recorder).Record")
+			if !more {
+				break
+			}
+		}
+		onCaller = append(onCaller, found)
+	}}))
+	res, err := f.rec.Record(f.ctx, ev("evt_1", "payment_intent.succeeded", "order-1", 1000, t0))
+	if err != nil || res.Outcome != OutcomeApplied {
+		t.Fatalf("lone delivery: %+v, %v", res, err)
+	}
+	if len(onCaller) != 1 || !onCaller[0] {
+		t.Fatalf("groups run on the caller's goroutine: %v, want [true]", onCaller)
+	}
+	g := f.rec.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.leaders != 0 || len(g.queue) != 0 {
+		t.Fatalf("after the lone delivery: %d leaders, %d queued; want the slot given back", g.leaders, len(g.queue))
 	}
 }
