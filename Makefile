@@ -23,7 +23,13 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT  := $(BIN)/golangci-lint
 HELM           := $(BIN)/helm
 KUSTOMIZE      := $(BIN)/kustomize
-CONTROLPLANE   := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler
+# One binary (hack/tools/controlplane) runs as each of these names; the names are links to it.
+CONTROLPLANE_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler
+CONTROLPLANE   := $(BIN)/controlplane $(addprefix $(BIN)/,$(CONTROLPLANE_COMPONENTS))
+# Tools are built without symbol tables or DWARF: smaller, and faster to link.
+TOOL_LDFLAGS   := -s -w
+# hack/step.sh prints what a step builds, its first-run time and progress while it runs.
+STEP           := $(CURDIR)/hack/step.sh
 HOOKKEEPER     := $(BIN)/hookkeeper
 # The data plane alone (receiver, migrate, version): what receiver and migration pods run.
 HOOKKEEPER_RECEIVER := $(BIN)/hookkeeper-receiver
@@ -73,7 +79,7 @@ fmt: ## gofmt the tree.
 
 .PHONY: vet
 vet: ## go vet the tree.
-	$(GO) vet ./...
+	@$(STEP) vet -- $(GO) vet ./...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint.
@@ -81,8 +87,8 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 
 .PHONY: test
 test: manifests generate fmt vet tools build image-test-archive ## Run every test: unit, PostgreSQL, envtest, manifests, e2e and the image in podman.
-	@echo "==> go test $(TEST_PKGS) (PostgreSQL: TEST_DATABASE_URL, else 127.0.0.1:5432, else a throwaway server)"
-	HOOKKEEPER_BINARY=$(HOOKKEEPER) HOOKKEEPER_IMAGE_ARCHIVE=$(IMAGE_TEST_ARCHIVE) $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
+	@echo "    go test $(TEST_PKGS): PostgreSQL from TEST_DATABASE_URL, else 127.0.0.1:5432, else a throwaway server"
+	@HOOKKEEPER_BINARY=$(HOOKKEEPER) HOOKKEEPER_IMAGE_ARCHIVE=$(IMAGE_TEST_ARCHIVE) $(STEP) go-test -- $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-e2e
 test-e2e: tools build ## Run only the end-to-end suite on the local cluster.
@@ -97,15 +103,19 @@ bench: tools build image-test-archive ## Run the receiver, dispatcher and image 
 
 .PHONY: build
 build: ## Build bin/hookkeeper and bin/hookkeeper-receiver.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER) ./cmd/hookkeeper
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER_RECEIVER) ./cmd/hookkeeper-receiver
+	@CGO_ENABLED=0 $(STEP) hookkeeper -- $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER) ./cmd/hookkeeper
+	@CGO_ENABLED=0 $(STEP) hookkeeper-receiver -- $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER_RECEIVER) ./cmd/hookkeeper-receiver
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster in ~/.kube/config.
 	$(GO) run ./cmd/hookkeeper manager --leader-elect=false
 
 .PHONY: dev
-dev: controlplane build ## Start the local cluster with the samples and the scripted demo (builds only the control plane and hookkeeper).
+dev: build ## Start the local cluster with the samples and the scripted demo (builds only hookkeeper and the control plane).
+	@# First run: the control plane takes minutes to build, so show the product first: the
+	@# demo against an in-process receiver on PostgreSQL (seconds), then build the cluster.
+	@$(MAKE) -s -q controlplane || $(HOOKKEEPER) dev --cluster=false
+	@$(MAKE) -s controlplane
 	$(HOOKKEEPER) dev --demo --bin-dir $(BIN)
 
 .PHONY: image
@@ -118,7 +128,7 @@ image-archive: $(IMAGE_TOOL) ## Like image, but also write bin/hookkeeper.oci.ta
 
 .PHONY: image-test-archive
 image-test-archive: $(IMAGE_TOOL) ## Build the linux/amd64 image as an OCI archive for test/image (kept when unchanged).
-	$(IMAGE_TOOL) build $(IMAGE_FLAGS) -platforms linux/amd64 -archive $(IMAGE_TEST_ARCHIVE) -ref-name hookkeeper:$(VERSION)
+	@$(STEP) image-test-archive -- $(IMAGE_TOOL) build $(IMAGE_FLAGS) -platforms linux/amd64 -archive $(IMAGE_TEST_ARCHIVE) -ref-name hookkeeper:$(VERSION)
 
 .PHONY: image-test-load
 image-test-load: image-test-archive ## Load the linux/amd64 image into podman (needs podman).
@@ -169,32 +179,25 @@ undeploy: $(KUSTOMIZE) ## Remove the operator.
 tools: $(CONTROLLER_GEN) $(HELM) $(KUSTOMIZE) controlplane ## Build every tool the tests need.
 
 .PHONY: controlplane
-controlplane: $(CONTROLPLANE) ## Build etcd and the Kubernetes control plane from their Go modules.
+controlplane: $(CONTROLPLANE) ## Build etcd and the Kubernetes control plane: one binary, linked as each component.
 
 $(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go)
-	@echo "==> building the image tool (hack/image, go-containerregistry)"
-	cd hack/image && $(GO) build -o $@ .
+	@cd hack/image && $(STEP) image-tool -- $(GO) build -o $@ .
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
-	@echo "==> building controller-gen"
-	cd hack/tools/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	@cd hack/tools/controller-gen && $(STEP) controller-gen -- $(GO) build -ldflags='$(TOOL_LDFLAGS)' -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
-	@echo "==> building golangci-lint (first time: a few minutes)"
-	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@cd hack/tools/golangci-lint && $(STEP) golangci-lint -- $(GO) build -ldflags='$(TOOL_LDFLAGS)' -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 $(HELM): hack/tools/helm/go.mod
-	@echo "==> building helm"
-	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+	@cd hack/tools/helm && $(STEP) helm -- $(GO) build -ldflags='$(TOOL_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 $(KUSTOMIZE): hack/tools/kustomize/go.mod
-	@echo "==> building kustomize"
-	cd hack/tools/kustomize && $(GO) build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+	@cd hack/tools/kustomize && $(STEP) kustomize -- $(GO) build -ldflags='$(TOOL_LDFLAGS)' -o $@ sigs.k8s.io/kustomize/kustomize/v5
 
-$(BIN)/etcd: hack/tools/etcd/go.mod
-	@echo "==> building etcd (first time: about a minute)"
-	cd hack/tools/etcd && $(GO) build -o $@ go.etcd.io/etcd/server/v3
+$(BIN)/controlplane: hack/tools/controlplane/go.mod hack/tools/controlplane/go.sum hack/tools/controlplane/main.go
+	@cd hack/tools/controlplane && $(STEP) controlplane -- $(GO) build -ldflags='$(TOOL_LDFLAGS)' -o $@ .
 
-$(BIN)/kube-%: hack/tools/controlplane/go.mod
-	@echo "==> building kube-$* (first time: several minutes on 2 cores; then cached)"
-	cd hack/tools/controlplane && $(GO) build -o $@ k8s.io/kubernetes/cmd/kube-$*
+$(addprefix $(BIN)/,$(CONTROLPLANE_COMPONENTS)): $(BIN)/controlplane
+	ln -sf controlplane $@
