@@ -14,10 +14,7 @@ import (
 // TestMigrateWritesTerminationMessage: a migration that cannot reach its database
 // leaves why in the termination-message file, one line, without the password or the URL.
 func TestMigrateWritesTerminationMessage(t *testing.T) {
-	manifest := filepath.Join(t.TempDir(), "endpoint.yaml")
-	if err := os.WriteFile(manifest, fmt.Appendf(nil, receiverTestManifest, "http://127.0.0.1:9/"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	manifest := testsupport.StripeEndpointFile(t, "http://127.0.0.1:9/")
 	const password = "s3cret-Pw-4711"
 	dbURL := "postgres://hk:" + password + "@" + testsupport.FreeAddr(t) + "/app?sslmode=disable&connect_timeout=5"
 	for name, tc := range map[string]struct {

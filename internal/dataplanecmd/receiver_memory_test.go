@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -58,15 +57,12 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 		// each connection grew a 1 MiB buffer as soon as its headers arrived.
 		rssBound = 40 << 20
 	)
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	dbURL := testsupport.MigratedDatabase(t, testsupport.StripeEndpointSchema)
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer sink.Close()
-	manifest := filepath.Join(t.TempDir(), "endpoint.yaml")
-	if err := os.WriteFile(manifest, fmt.Appendf(nil, receiverTestManifest, sink.URL), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	manifest := testsupport.StripeEndpointFile(t, sink.URL)
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	args, _ := json.Marshal([]string{"--endpoint", manifest, "--listen-address", webhookAddr,
 		"--admin-address", adminAddr, "--log-level", "error", "--dispatcher=false"})
@@ -90,18 +86,13 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 		}
 	}()
 	pid := child.Process.Pid
-	testsupport.Eventually(t, 20*time.Second, 25*time.Millisecond, "the receiver to be ready", func() bool {
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, func() error {
 		select {
 		case <-exited:
-			t.Fatalf("receiver exited:\n%s", out.String())
+			return fmt.Errorf("receiver exited:\n%s", out.String())
 		default:
+			return nil
 		}
-		resp, err := http.Get("http://" + adminAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
 	})
 	baseline := vmRSS(t, pid)
 

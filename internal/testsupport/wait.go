@@ -25,7 +25,8 @@ func Eventually[C Condition](tb testing.TB, timeout, interval time.Duration, wha
 
 // Poll is Eventually for code that may not fail the test itself (a goroutine, a helper
 // that returns errors): it calls cond every interval until it returns nil, and returns
-// cond's last error when timeout passes first, or ctx's when ctx ends.
+// cond's last error when timeout passes first, or ctx's when ctx ends; an error cond
+// marks Final ends the wait at once.
 func Poll(ctx context.Context, timeout, interval time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	t := time.NewTicker(interval)
@@ -34,6 +35,10 @@ func Poll(ctx context.Context, timeout, interval time.Duration, cond func() erro
 		err := cond()
 		if err == nil {
 			return nil
+		}
+		var final finalError
+		if errors.As(err, &final) {
+			return final.error
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %s: %w", timeout, err)
@@ -45,6 +50,14 @@ func Poll(ctx context.Context, timeout, interval time.Duration, cond func() erro
 		}
 	}
 }
+
+// Final marks err as one that waiting longer cannot change (what the condition waits
+// for has exited): Poll returns it at once, and Eventually fails with it.
+func Final(err error) error { return finalError{err} }
+
+type finalError struct{ error }
+
+func (e finalError) Unwrap() error { return e.error }
 
 var errNotYet = errors.New("the condition never held")
 

@@ -82,7 +82,7 @@ func TestConvergence(t *testing.T) {
 	}
 	seed := seedFromEnv(t)
 	t.Logf("seed %d (reproduce: CONVERGENCE_SEED=%d go test ./test/convergence -run TestConvergence -v)", seed, seed)
-	root := repoRoot(t)
+	root := testsupport.RepoRoot(t)
 	exe := hookkeeperBinary(t, root, t.TempDir())
 
 	t.Run("in_provider_order", func(t *testing.T) {

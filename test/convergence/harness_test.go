@@ -20,25 +20,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// repoRoot is the directory of go.mod above the test's working directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // hookkeeperBinary is $HOOKKEEPER_BINARY (what `make test` built), else ./cmd/hookkeeper
 // built into dir.
 func hookkeeperBinary(t *testing.T, root, dir string) string {
@@ -122,22 +103,13 @@ func (p *receiverProc) start(ctx context.Context) error {
 		p.mu.Unlock()
 		close(exited)
 	}()
-	client := &http.Client{Timeout: time.Second}
-	err = testsupport.Poll(ctx, 60*time.Second, 50*time.Millisecond, func() error {
+	err = testsupport.PollReady(ctx, "http://"+p.adminAddr+"/readyz", 60*time.Second, func() error {
 		select {
 		case <-exited:
 			return fmt.Errorf("receiver exited: %w", p.waitErr)
 		default:
+			return nil
 		}
-		resp, err := client.Get("http://" + p.adminAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %d", resp.StatusCode)
-		}
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("receiver not ready: %w\n%s", err, p.logTail())

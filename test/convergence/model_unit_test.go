@@ -5,12 +5,14 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // TestModel checks the checker's own model on the samples, without a receiver: the
 // in-order run, the ambiguity rule and the generator.
 func TestModel(t *testing.T) {
-	root := repoRoot(t)
+	root := testsupport.RepoRoot(t)
 	load := func(rel string) *model {
 		s, err := loadSample(root, rel)
 		if err != nil {

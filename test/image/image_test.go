@@ -51,34 +51,8 @@ const (
 	archiveEnv = "HOOKKEEPER_IMAGE_ARCHIVE"
 	installFix = "install them with `apt-get install -y --no-install-recommends podman runc` (.ci/run does), " +
 		"or set " + skipEnv + "=1 to skip this test"
-	schema = "hookkeeper"
 	secret = "whsec_image_test"
 )
-
-// The endpoint the test deploys: Stripe, a managed entity table, a sink on the host.
-const endpointManifest = `apiVersion: hookkeeper.dev/v1alpha1
-kind: WebhookEndpoint
-metadata: {name: payments, namespace: shop}
-spec:
-  provider: {type: Stripe}
-  signingSecrets:
-  - secretKeyRef: {name: stripe-webhook, key: current}
-  event:
-    entityKey: body.data.object.metadata.client_txn_id
-  database:
-    urlSecretRef: {name: shop-db, key: uri}
-    schema: ` + schema + `
-  entity: {onUnmatched: Create}
-  stateMachine:
-    initial: payment_pending
-    states: [payment_pending, paid]
-    transitions:
-    - {name: capture, "on": [payment_intent.succeeded], from: [payment_pending], to: paid, emit: order.paid}
-  delivery:
-    sink: {url: %q}
-    backoff: {initial: 100ms, max: 1s}
-  receiver: {path: /stripe}
-`
 
 func TestImageRunsAsAReceiverPod(t *testing.T) {
 	p := newPodman(t)
@@ -106,7 +80,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 
 	// The objects the operator would create for this endpoint, from its own builders.
 	var ep v1alpha1.WebhookEndpoint
-	if err := yaml.UnmarshalStrict(fmt.Appendf(nil, endpointManifest, sink.URL+"/orders"), &ep); err != nil {
+	if err := yaml.UnmarshalStrict(testsupport.StripeEndpointManifest(sink.URL+"/orders"), &ep); err != nil {
 		t.Fatal(err)
 	}
 	rendered, err := resources.Render(&ep, time.Now())
@@ -137,7 +111,12 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	name := p.start(t, "hk-receiver", spec)
 
 	admin := "http://" + net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
-	waitReady(t, p, name, admin+"/readyz")
+	testsupport.WaitReady(t, admin+"/readyz", time.Minute, func() error {
+		if state, _ := p.cmd(t, "inspect", "--format", "{{.State.Status}}", name); strings.TrimSpace(state) == "exited" {
+			return errors.New("the receiver container exited\n" + p.logs(name))
+		}
+		return nil
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -161,7 +140,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	var outcome, entity string
-	err = conn.QueryRow(ctx, `SELECT outcome, entity_key FROM `+schema+`.webhook_events WHERE endpoint = 'shop/payments' AND event_id = 'evt_image_1'`).Scan(&outcome, &entity)
+	err = conn.QueryRow(ctx, `SELECT outcome, entity_key FROM `+testsupport.StripeEndpointSchema+`.webhook_events WHERE endpoint = 'shop/payments' AND event_id = 'evt_image_1'`).Scan(&outcome, &entity)
 	if err != nil {
 		t.Fatalf("the receipt row: %v", err)
 	}
@@ -383,57 +362,38 @@ func (p *podman) runArgs(t *testing.T, name string, s containerSpec) ([]string, 
 // run runs a container to completion and returns its output.
 func (p *podman) run(t *testing.T, prefix string, s containerSpec) (string, error) {
 	t.Helper()
-	name := prefix + "-" + randomHex(4)
-	args, env := p.runArgs(t, name, s)
-	args = append(args, "--rm", s.image)
-	args = append(args, s.args...)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "podman", args...)
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	_, out, err := p.podmanRun(t, prefix, "--rm", s)
+	return out, err
 }
 
 // start starts a container in the background and returns its name.
 func (p *podman) start(t *testing.T, prefix string, s containerSpec) string {
 	t.Helper()
-	name := prefix + "-" + randomHex(4)
-	args, env := p.runArgs(t, name, s)
-	args = append(args, "--detach", s.image)
-	args = append(args, s.args...)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "podman", args...)
-	cmd.Env = env
-	if out, err := cmd.CombinedOutput(); err != nil {
+	name, out, err := p.podmanRun(t, prefix, "--detach", s)
+	if err != nil {
 		t.Fatalf("podman run %s: %v\n%s", name, err, out)
 	}
 	return name
 }
 
+// podmanRun is `podman run mode` of s in a container named prefix-<random>.
+func (p *podman) podmanRun(t *testing.T, prefix, mode string, s containerSpec) (name, out string, err error) {
+	t.Helper()
+	name = prefix + "-" + randomHex(4)
+	args, env := p.runArgs(t, name, s)
+	args = append(args, mode, s.image)
+	args = append(args, s.args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "podman", args...)
+	cmd.Env = env
+	b, err := cmd.CombinedOutput()
+	return name, string(b), err
+}
+
 func (p *podman) logs(name string) string {
 	out, _ := exec.Command("podman", "logs", name).CombinedOutput()
 	return "container log:\n" + string(out)
-}
-
-func waitReady(t *testing.T, p *podman, name, url string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if state, _ := p.cmd(t, "inspect", "--format", "{{.State.Status}}", name); strings.TrimSpace(state) == "exited" {
-			t.Fatalf("the receiver container exited before it was ready\n%s", p.logs(name))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("the receiver was not ready at %s within 60s\n%s", url, p.logs(name))
 }
 
 // imageArchive is the linux/amd64 OCI archive to load: $HOOKKEEPER_IMAGE_ARCHIVE, else
