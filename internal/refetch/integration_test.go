@@ -7,14 +7,11 @@ package refetch_test
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +20,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
@@ -166,16 +164,12 @@ func (h *harness) deliver(eventID, eventType, piID, txnID string) int {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(testSigningSecret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
 	req, err := http.NewRequestWithContext(h.ctx, http.MethodPost, h.srv.URL+"/", bytes.NewReader(body))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("Stripe-Signature", devcluster.StripeSignature(testSigningSecret, body, time.Now()))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatalf("deliver %s: %v", eventID, err)
@@ -202,24 +196,38 @@ func (h *harness) orderStatus(txnID string) string {
 	return s
 }
 
+// post delivers like deliver and fails the test unless the receiver answers want.
+func (h *harness) post(eventID, eventType, piID, txnID string, want int) {
+	h.t.Helper()
+	if code := h.deliver(eventID, eventType, piID, txnID); code != want {
+		h.t.Fatalf("delivery of %s answered %d, want %d", eventID, code, want)
+	}
+}
+
+// expect checks that eventID was recorded with outcome and that order txnID is in
+// state, and returns the receipt's detail.
+func (h *harness) expect(eventID string, outcome receipt.Outcome, txnID, state string) (detail string) {
+	h.t.Helper()
+	got, detail := h.receipt(eventID)
+	if got != string(outcome) {
+		h.t.Errorf("%s: outcome %s (%s), want %s", eventID, got, detail, outcome)
+	}
+	if s := h.orderStatus(txnID); s != state {
+		h.t.Errorf("order %s is %s, want %s", txnID, s, state)
+	}
+	return detail
+}
+
 func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 2*time.Second)
 	h.order("order-rpm", 2000)
 	h.stub.set("/v1/payment_intents/pi_rpm", http.StatusOK, objectFixture(t, "payment_intent_requires_payment_method.json", "pi_rpm", "order-rpm"))
 
-	if code := h.deliver("evt_rpm", "payment_intent.succeeded", "pi_rpm", "order-rpm"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
-	outcome, detail := h.receipt("evt_rpm")
-	if outcome != string(receipt.OutcomeGuardFailed) {
-		t.Errorf("outcome %s (%s), want guard_failed", outcome, detail)
-	}
-	if want := "refetch: payment_intent pi_rpm is requires_payment_method"; !bytes.Contains([]byte(detail), []byte(want)) {
+	h.post("evt_rpm", "payment_intent.succeeded", "pi_rpm", "order-rpm", http.StatusOK)
+	detail := h.expect("evt_rpm", receipt.OutcomeGuardFailed, "order-rpm", "payment_pending")
+	if want := "refetch: payment_intent pi_rpm is requires_payment_method"; !strings.Contains(detail, want) {
 		t.Errorf("detail %q does not say what the provider answered (%q)", detail, want)
-	}
-	if s := h.orderStatus("order-rpm"); s != "payment_pending" {
-		t.Errorf("order moved to %s", s)
 	}
 	if n := h.rows.OutboxFor(t, "order-rpm"); n != 0 {
 		t.Errorf("%d outbox rows, want 0", n)
@@ -235,18 +243,9 @@ func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
 	h.order("order-ok", 2000)
 	h.stub.set("/v1/payment_intents/pi_ok", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_ok", "order-ok"))
 
-	if code := h.deliver("evt_ok", "payment_intent.succeeded", "pi_ok", "order-ok"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
-	outcome, detail := h.receipt("evt_ok")
-	if outcome != string(receipt.OutcomeApplied) {
-		t.Fatalf("outcome %s (%s), want applied", outcome, detail)
-	}
-	if detail != "refetch: payment_intent pi_ok is succeeded" {
+	h.post("evt_ok", "payment_intent.succeeded", "pi_ok", "order-ok", http.StatusOK)
+	if detail := h.expect("evt_ok", receipt.OutcomeApplied, "order-ok", "paid"); detail != "refetch: payment_intent pi_ok is succeeded" {
 		t.Errorf("detail %q, want the confirming fetch", detail)
-	}
-	if s := h.orderStatus("order-ok"); s != "paid" {
-		t.Errorf("order is %s, want paid", s)
 	}
 	if n := h.rows.OutboxFor(t, "order-ok"); n != 1 {
 		t.Errorf("%d outbox rows, want 1", n)
@@ -259,15 +258,8 @@ func TestLiveAmountBelowTheOrderDoesNotMoveIt(t *testing.T) {
 	h.order("order-short", 5000) // the order expects more than the PaymentIntent received
 	h.stub.set("/v1/payment_intents/pi_short", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_short", "order-short"))
 
-	if code := h.deliver("evt_short", "payment_intent.succeeded", "pi_short", "order-short"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
-	if outcome, detail := h.receipt("evt_short"); outcome != string(receipt.OutcomeGuardFailed) {
-		t.Errorf("outcome %s (%s), want guard_failed", outcome, detail)
-	}
-	if s := h.orderStatus("order-short"); s != "payment_pending" {
-		t.Errorf("order moved to %s", s)
-	}
+	h.post("evt_short", "payment_intent.succeeded", "pi_short", "order-short", http.StatusOK)
+	h.expect("evt_short", receipt.OutcomeGuardFailed, "order-short", "payment_pending")
 }
 
 func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
@@ -275,15 +267,9 @@ func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
 	h := newHarness(t, 2*time.Second)
 	h.order("order-404", 2000)
 	// The stub knows no pi_123: it answers Stripe's resource_missing 404.
-	if code := h.deliver("evt_404", "payment_intent.succeeded", "pi_123", "order-404"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
-	outcome, detail := h.receipt("evt_404")
-	if outcome != string(receipt.OutcomeGuardFailed) || detail != "refetch: object pi_123 not found" {
-		t.Errorf("receipt %s %q, want guard_failed \"refetch: object pi_123 not found\"", outcome, detail)
-	}
-	if s := h.orderStatus("order-404"); s != "payment_pending" {
-		t.Errorf("order moved to %s", s)
+	h.post("evt_404", "payment_intent.succeeded", "pi_123", "order-404", http.StatusOK)
+	if detail := h.expect("evt_404", receipt.OutcomeGuardFailed, "order-404", "payment_pending"); detail != "refetch: object pi_123 not found" {
+		t.Errorf("detail %q, want \"refetch: object pi_123 not found\"", detail)
 	}
 }
 
@@ -294,9 +280,7 @@ func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
 	path := "/v1/payment_intents/pi_500"
 	h.stub.set(path, http.StatusInternalServerError, fixture(t, "error_500.json"))
 
-	if code := h.deliver("evt_500", "payment_intent.succeeded", "pi_500", "order-500"); code != http.StatusServiceUnavailable {
-		t.Fatalf("delivery answered %d while the API fails, want 503", code)
-	}
+	h.post("evt_500", "payment_intent.succeeded", "pi_500", "order-500", http.StatusServiceUnavailable)
 	if n := h.rows.ReceiptsOf(t, "evt_500"); n != 0 {
 		t.Fatalf("%d receipts stored for a 503, want 0", n)
 	}
@@ -309,22 +293,15 @@ func TestProviderErrorIs503AndTheRetryAppliesOnce(t *testing.T) {
 
 	// Stripe recovers; its retry of the same event applies, once.
 	h.stub.set(path, http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_500", "order-500"))
-	for i := range 2 {
-		if code := h.deliver("evt_500", "payment_intent.succeeded", "pi_500", "order-500"); code != http.StatusOK {
-			t.Fatalf("retry %d answered %d, want 200", i+1, code)
-		}
+	for range 2 {
+		h.post("evt_500", "payment_intent.succeeded", "pi_500", "order-500", http.StatusOK)
 	}
-	if outcome, detail := h.receipt("evt_500"); outcome != string(receipt.OutcomeApplied) {
-		t.Errorf("outcome %s (%s), want applied", outcome, detail)
-	}
+	h.expect("evt_500", receipt.OutcomeApplied, "order-500", "paid")
 	if n := h.rows.ReceiptsOf(t, "evt_500"); n != 1 {
 		t.Errorf("%d receipts, want 1", n)
 	}
 	if n := h.rows.OutboxFor(t, "order-500"); n != 1 {
 		t.Errorf("%d outbox rows, want 1", n)
-	}
-	if s := h.orderStatus("order-500"); s != "paid" {
-		t.Errorf("order is %s, want paid", s)
 	}
 }
 
@@ -334,23 +311,14 @@ func TestProviderTimeoutIs503AndTheRetryApplies(t *testing.T) {
 	h.stub.set("/v1/payment_intents/pi_slow", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_slow", "order-slow"))
 	h.stub.holdRequests()
 
-	if code := h.deliver("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow"); code != http.StatusServiceUnavailable {
-		t.Fatalf("delivery answered %d while the API hangs, want 503", code)
-	}
+	h.post("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow", http.StatusServiceUnavailable)
 	if n := h.rows.ReceiptsOf(t, "evt_slow"); n != 0 {
 		t.Fatalf("%d receipts stored for a 503, want 0", n)
 	}
 
 	h.stub.release()
-	if code := h.deliver("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow"); code != http.StatusOK {
-		t.Fatalf("retry answered %d, want 200", code)
-	}
-	if outcome, detail := h.receipt("evt_slow"); outcome != string(receipt.OutcomeApplied) {
-		t.Errorf("outcome %s (%s), want applied", outcome, detail)
-	}
-	if s := h.orderStatus("order-slow"); s != "paid" {
-		t.Errorf("order is %s, want paid", s)
-	}
+	h.post("evt_slow", "payment_intent.succeeded", "pi_slow", "order-slow", http.StatusOK)
+	h.expect("evt_slow", receipt.OutcomeApplied, "order-slow", "paid")
 }
 
 func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
@@ -359,9 +327,7 @@ func TestRejectedKeyIs503WithoutLeakingIt(t *testing.T) {
 	h.order("order-key", 2000)
 	h.stub.set("/v1/payment_intents/pi_key", http.StatusUnauthorized, fixture(t, "error_401.json"))
 
-	if code := h.deliver("evt_key", "payment_intent.succeeded", "pi_key", "order-key"); code != http.StatusServiceUnavailable {
-		t.Fatalf("delivery answered %d with a rejected key, want 503", code)
-	}
+	h.post("evt_key", "payment_intent.succeeded", "pi_key", "order-key", http.StatusServiceUnavailable)
 	if n := h.rows.ReceiptsOf(t, "evt_key"); n != 0 {
 		t.Errorf("%d receipts stored for a 503, want 0", n)
 	}
@@ -380,20 +346,11 @@ func TestTransitionsNotListedNeverCallTheAPI(t *testing.T) {
 	h.order("order-fail", 2000)
 
 	// fail is not in spec.provider.refetch.transitions.
-	if code := h.deliver("evt_fail", "payment_intent.payment_failed", "pi_fail", "order-fail"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
-	if outcome, detail := h.receipt("evt_fail"); outcome != string(receipt.OutcomeApplied) {
-		t.Errorf("outcome %s (%s), want applied", outcome, detail)
-	}
+	h.post("evt_fail", "payment_intent.payment_failed", "pi_fail", "order-fail", http.StatusOK)
+	h.expect("evt_fail", receipt.OutcomeApplied, "order-fail", "failed")
 	// No transition handles this type at all.
-	if code := h.deliver("evt_other", "payment_intent.created", "pi_fail", "order-fail"); code != http.StatusOK {
-		t.Fatalf("delivery answered %d, want 200", code)
-	}
+	h.post("evt_other", "payment_intent.created", "pi_fail", "order-fail", http.StatusOK)
 	if n := h.stub.requests.Load(); n != 0 {
 		t.Errorf("%d API requests for transitions that do not re-fetch, want 0", n)
-	}
-	if s := h.orderStatus("order-fail"); s != "failed" {
-		t.Errorf("order is %s, want failed", s)
 	}
 }
