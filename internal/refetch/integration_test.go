@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -218,58 +217,51 @@ func (h *harness) expect(eventID string, outcome receipt.Outcome, txnID, state s
 	return detail
 }
 
-func TestLiveObjectThatHasNotSucceededDoesNotMoveTheOrder(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, 2*time.Second)
-	h.order("order-rpm", 2000)
-	h.stub.set("/v1/payment_intents/pi_rpm", http.StatusOK, objectFixture(t, "payment_intent_requires_payment_method.json", "pi_rpm", "order-rpm"))
-
-	h.post("evt_rpm", "payment_intent.succeeded", "pi_rpm", "order-rpm", http.StatusOK)
-	detail := h.expect("evt_rpm", receipt.OutcomeGuardFailed, "order-rpm", "payment_pending")
-	if want := "refetch: payment_intent pi_rpm is requires_payment_method"; !strings.Contains(detail, want) {
-		t.Errorf("detail %q does not say what the provider answered (%q)", detail, want)
-	}
-	if n := h.rows.OutboxFor(t, "order-rpm"); n != 0 {
-		t.Errorf("%d outbox rows, want 0", n)
-	}
-	if n := h.stub.requests.Load(); n != 1 {
-		t.Errorf("%d API requests, want 1", n)
-	}
-}
-
-func TestLiveObjectThatSucceededWithTheAmountMovesTheOrder(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, 2*time.Second)
-	h.order("order-ok", 2000)
-	h.stub.set("/v1/payment_intents/pi_ok", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_ok", "order-ok"))
-
-	h.post("evt_ok", "payment_intent.succeeded", "pi_ok", "order-ok", http.StatusOK)
-	if detail := h.expect("evt_ok", receipt.OutcomeApplied, "order-ok", "paid"); detail != "refetch: payment_intent pi_ok is succeeded" {
-		t.Errorf("detail %q, want the confirming fetch", detail)
-	}
-	if n := h.rows.OutboxFor(t, "order-ok"); n != 1 {
-		t.Errorf("%d outbox rows, want 1", n)
-	}
-}
-
-func TestLiveAmountBelowTheOrderDoesNotMoveIt(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, 2*time.Second)
-	h.order("order-short", 5000) // the order expects more than the PaymentIntent received
-	h.stub.set("/v1/payment_intents/pi_short", http.StatusOK, objectFixture(t, "payment_intent_succeeded.json", "pi_short", "order-short"))
-
-	h.post("evt_short", "payment_intent.succeeded", "pi_short", "order-short", http.StatusOK)
-	h.expect("evt_short", receipt.OutcomeGuardFailed, "order-short", "payment_pending")
-}
-
-func TestUnknownObjectIsRecordedAsGuardFailed(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, 2*time.Second)
-	h.order("order-404", 2000)
-	// The stub knows no pi_123: it answers Stripe's resource_missing 404.
-	h.post("evt_404", "payment_intent.succeeded", "pi_123", "order-404", http.StatusOK)
-	if detail := h.expect("evt_404", receipt.OutcomeGuardFailed, "order-404", "payment_pending"); detail != "refetch: object pi_123 not found" {
-		t.Errorf("detail %q, want \"refetch: object pi_123 not found\"", detail)
+// The live object, not the event's copy of it, decides the capture guard: each case
+// serves one PaymentIntent (or none) and checks the receipt, the order and the outbox.
+func TestLiveObjectDecidesTheGuard(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// id names the event (evt_<id>), the PaymentIntent (pi_<id>) and the order.
+		id          string
+		orderAmount int64
+		// object is the fixture the API answers for pi_<id>; none: Stripe's 404.
+		object  string
+		outcome receipt.Outcome
+		state   string
+		// detail is the receipt's detail: the verdict and what the provider answered.
+		detail string
+		outbox int
+	}{
+		{"not succeeded does not move the order", "rpm", 2000, "payment_intent_requires_payment_method.json",
+			receipt.OutcomeGuardFailed, "payment_pending", "capture: guard is false; refetch: payment_intent pi_rpm is requires_payment_method", 0},
+		{"succeeded with the amount moves the order", "ok", 2000, "payment_intent_succeeded.json",
+			receipt.OutcomeApplied, "paid", "refetch: payment_intent pi_ok is succeeded", 1},
+		// The order expects more than the PaymentIntent received.
+		{"amount below the order does not move it", "short", 5000, "payment_intent_succeeded.json",
+			receipt.OutcomeGuardFailed, "payment_pending", "capture: guard is false; refetch: payment_intent pi_short is succeeded", 0},
+		{"unknown object is recorded as guard failed", "404", 2000, "",
+			receipt.OutcomeGuardFailed, "payment_pending", "refetch: object pi_404 not found", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, 2*time.Second)
+			evt, pi, order := "evt_"+tc.id, "pi_"+tc.id, "order-"+tc.id
+			h.order(order, tc.orderAmount)
+			if tc.object != "" {
+				h.stub.set("/v1/payment_intents/"+pi, http.StatusOK, objectFixture(t, tc.object, pi, order))
+			}
+			h.post(evt, "payment_intent.succeeded", pi, order, http.StatusOK)
+			if detail := h.expect(evt, tc.outcome, order, tc.state); detail != tc.detail {
+				t.Errorf("detail %q, want %q", detail, tc.detail)
+			}
+			if n := h.rows.OutboxFor(t, order); n != tc.outbox {
+				t.Errorf("%d outbox rows, want %d", n, tc.outbox)
+			}
+			if n := h.stub.requests.Load(); n != 1 {
+				t.Errorf("%d API requests, want 1", n)
+			}
+		})
 	}
 }
 
