@@ -95,13 +95,8 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 	}
 
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("receiver stopped with %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("receiver did not stop")
+	if err := testsupport.Await(t, done, 20*time.Second, "the receiver to stop"); err != nil {
+		t.Fatalf("receiver stopped with %v", err)
 	}
 	if c, err := net.DialTimeout("tcp", webhookAddr, time.Second); err == nil {
 		_ = c.Close()

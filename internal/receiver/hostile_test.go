@@ -75,11 +75,7 @@ func TestRejectionLogsAreRateLimitedAndCountersExact(t *testing.T) {
 // Beyond maxInFlight, a request gets 503 with Retry-After at once, before its body is
 // read, and is counted; a slot that frees up serves the next request.
 func TestRequestsBeyondMaxInFlightGet503WithRetryAfter(t *testing.T) {
-	pool, err := store.Open(context.Background(), testsupport.NewDatabase(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, testsupport.NewDatabase(t), 2)
 	const endpoint = "test/in-flight"
 	for _, vec := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
@@ -104,17 +100,7 @@ func TestRequestsBeyondMaxInFlightGet503WithRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webhookLn, adminLn := listen(t), listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, webhookLn, adminLn) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	url := "http://" + webhookLn.Addr().String() + "/"
+	url := serve(t, srv).base + "/"
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -137,7 +123,7 @@ func TestRequestsBeyondMaxInFlightGet503WithRetryAfter(t *testing.T) {
 	}
 
 	// The third announces a body it never sends: the answer must not wait for it.
-	reqCtx, cancelReq := context.WithTimeout(ctx, 10*time.Second)
+	reqCtx, cancelReq := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelReq()
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, url, io.NopCloser(blockingReader{release, reqCtx.Done()}))
 	if err != nil {
@@ -193,11 +179,7 @@ func (b blockingReader) Read([]byte) (int, error) {
 func TestReadyzChecksTheSchemaVersion(t *testing.T) {
 	dbURL := testsupport.NewDatabase(t)
 	ctx := context.Background()
-	pool, err := store.Open(ctx, dbURL, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, dbURL, 2)
 	srv, err := receiver.NewServer(receiver.ServerOptions{
 		Webhook: http.NotFoundHandler(), DB: pool, Gatherer: prometheus.NewRegistry(), Logger: logr.Discard(),
 		Schema: func(ctx context.Context) error { return store.CheckSchema(ctx, pool, schema) },
@@ -205,22 +187,13 @@ func TestReadyzChecksTheSchemaVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webhookLn, adminLn := listen(t), listen(t)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(runCtx, webhookLn, adminLn) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	readyzURL := serve(t, srv).adminURL + "/readyz"
 	readyz := func() (int, string) {
 		t.Helper()
 		var code int
 		var body []byte
 		testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to answer", func() bool {
-			resp, err := http.Get("http://" + adminLn.Addr().String() + "/readyz")
+			resp, err := http.Get(readyzURL)
 			if err != nil {
 				return false
 			}

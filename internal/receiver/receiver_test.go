@@ -47,15 +47,13 @@ const (
 
 // fixture is one receiver serving one endpoint against its own database.
 type fixture struct {
-	t        *testing.T
-	ep       *config.Endpoint
-	dbURL    string
-	pool     *pgxpool.Pool
-	admin    *pgx.Conn // a separate connection for assertions and setup
-	base     string    // http://webhook-address
-	adminURL string
-	logs     *logBuffer
-	stop     func() error // cancels Serve and returns its error
+	t     *testing.T
+	ep    *config.Endpoint
+	dbURL string
+	pool  *pgxpool.Pool
+	admin *pgx.Conn // a separate connection for assertions and setup
+	logs  *logBuffer
+	serving
 }
 
 type fixtureOptions struct {
@@ -100,11 +98,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	}{metrics.Requests, metrics.RequestDuration, metrics.Duplicates, metrics.SignatureFailures, metrics.Transitions} {
 		vec.DeletePartialMatch(prometheus.Labels{metrics.LabelEndpoint: ep.Key()})
 	}
-	pool, err := store.Open(ctx, dbURL, 4)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	pool := openPool(t, dbURL, 4)
 
 	f := &fixture{t: t, ep: ep, dbURL: dbURL, pool: pool, admin: admin, logs: &logBuffer{}}
 	log := f.logs.logger()
@@ -120,24 +114,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatalf("server: %v", err)
 	}
-	webhookLn := listen(t)
-	adminLn := listen(t)
-	f.base = "http://" + webhookLn.Addr().String()
-	f.adminURL = "http://" + adminLn.Addr().String()
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(runCtx, webhookLn, adminLn) }()
-	var once sync.Once
-	var serveErr error
-	f.stop = func() error {
-		once.Do(func() { cancel(); serveErr = <-done })
-		return serveErr
-	}
-	t.Cleanup(func() {
-		if err := f.stop(); err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	f.serving = serve(t, srv)
 	return f
 }
 
@@ -178,6 +155,63 @@ func endpointFor(t *testing.T, o fixtureOptions) *v1alpha1.WebhookEndpoint {
 		ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: ns},
 		Spec:       spec,
 	}
+}
+
+// drain begins the server's shutdown and waits until /readyz fails while it drains;
+// the channel gets what Serve returned.
+func (s serving) drain(t *testing.T) <-chan error {
+	t.Helper()
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.stop() }()
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to fail while draining", func() bool {
+		resp, err := http.Get(s.adminURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	return stopped
+}
+
+// openPool opens a pool of at most maxConns connections to dbURL, closed when the test
+// ends.
+func openPool(t *testing.T, dbURL string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Open(context.Background(), dbURL, maxConns)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// serving is a receiver.Server serving on two loopback listeners.
+type serving struct {
+	base, adminURL string       // http://address of the webhook and the admin listener
+	stop           func() error // ends Serve (once; the test's end does it too) and returns its error
+}
+
+// serve runs srv.Serve until stop or the end of the test, which fails if Serve did.
+func serve(t *testing.T, srv *receiver.Server) serving {
+	t.Helper()
+	webhookLn, adminLn := listen(t), listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, webhookLn, adminLn) }()
+	var once sync.Once
+	var serveErr error
+	s := serving{base: "http://" + webhookLn.Addr().String(), adminURL: "http://" + adminLn.Addr().String()}
+	s.stop = func() error {
+		once.Do(func() { cancel(); serveErr = <-done })
+		return serveErr
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return s
 }
 
 func listen(t *testing.T) net.Listener {
@@ -652,16 +686,7 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 		return err == nil && n > 0
 	})
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- f.stop() }()
-	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to fail while draining", func() bool {
-		resp, err := http.Get(f.adminURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusServiceUnavailable
-	})
+	stopped := f.drain(t)
 	select {
 	case r := <-result:
 		t.Fatalf("the request finished before its transaction could: %d %q", r.code, r.body)
@@ -690,13 +715,8 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the in-flight request did not finish")
 	}
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the server did not stop after its last request")
+	if err := testsupport.Await(t, stopped, 15*time.Second, "the server to stop after its last request"); err != nil {
+		t.Fatalf("shutdown: %v", err)
 	}
 	var outcome string
 	if err := f.admin.QueryRow(ctx, `SELECT outcome FROM hookkeeper.webhook_events WHERE event_id = 'evt_inflight'`).Scan(&outcome); err != nil || outcome != "applied" {

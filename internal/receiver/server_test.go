@@ -13,18 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
-	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // TestTasksStopOnlyAfterTheLastRequest checks the shutdown order: /readyz fails, the
 // in-flight request finishes, and only then do background tasks (the dispatcher) stop.
 func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
-	pool, err := store.Open(context.Background(), testsupport.NewDatabase(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, testsupport.NewDatabase(t), 2)
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -45,15 +40,11 @@ func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webhookLn, adminLn := listen(t), listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, webhookLn, adminLn) }()
+	s := serve(t, srv)
 
 	code := make(chan int, 1)
 	go func() {
-		resp, err := http.Post("http://"+webhookLn.Addr().String()+"/", "application/json", strings.NewReader("{}"))
+		resp, err := http.Post(s.base+"/", "application/json", strings.NewReader("{}"))
 		if err != nil {
 			code <- 0
 			return
@@ -68,15 +59,7 @@ func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
 	}
 	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "the task to start", taskStarted.Load)
 
-	cancel()
-	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to fail while draining", func() bool {
-		resp, err := http.Get("http://" + adminLn.Addr().String() + "/readyz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusServiceUnavailable
-	})
+	stopped := s.drain(t)
 	if taskStopped.Load() {
 		t.Fatal("the task was stopped while a request was still in flight")
 	}
@@ -84,13 +67,8 @@ func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
 	if c := <-code; c != http.StatusOK {
 		t.Fatalf("in-flight request: %d, want 200", c)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server did not stop")
+	if err := testsupport.Await(t, stopped, 10*time.Second, "the server to stop"); err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 	if !taskStopped.Load() {
 		t.Error("the task was not stopped")
@@ -98,11 +76,7 @@ func TestTasksStopOnlyAfterTheLastRequest(t *testing.T) {
 }
 
 func TestAFailingTaskStopsTheServer(t *testing.T) {
-	pool, err := store.Open(context.Background(), testsupport.NewDatabase(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := openPool(t, testsupport.NewDatabase(t), 2)
 	srv, err := receiver.NewServer(receiver.ServerOptions{
 		Webhook: http.NotFoundHandler(), DB: pool, Gatherer: prometheus.NewRegistry(), Logger: logr.Discard(),
 		Tasks: []receiver.Task{{Name: "dispatcher", Run: func(context.Context) error {
@@ -114,12 +88,8 @@ func TestAFailingTaskStopsTheServer(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(context.Background(), listen(t), listen(t)) }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "dispatcher: sink URL is not usable") {
-			t.Fatalf("serve returned %v, want the dispatcher's error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a failed task did not stop the server")
+	err = testsupport.Await(t, done, 10*time.Second, "a failed task to stop the server")
+	if err == nil || !strings.Contains(err.Error(), "dispatcher: sink URL is not usable") {
+		t.Fatalf("serve returned %v, want the dispatcher's error", err)
 	}
 }

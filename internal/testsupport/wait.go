@@ -51,6 +51,19 @@ func Poll(ctx context.Context, timeout, interval time.Duration, cond func() erro
 	}
 }
 
+// Await waits until done yields what a goroutine (a server's Serve, a command's run)
+// returned, and fails tb with what when timeout passes first.
+func Await(tb testing.TB, done <-chan error, timeout time.Duration, what string) error {
+	tb.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		tb.Fatalf("waiting for %s: timed out after %s", what, timeout)
+		return nil
+	}
+}
+
 // Final marks err as one that waiting longer cannot change (what the condition waits
 // for has exited): Poll returns it at once, and Eventually fails with it.
 func Final(err error) error { return finalError{err} }
