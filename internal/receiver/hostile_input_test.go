@@ -2,10 +2,6 @@ package receiver_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -14,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -36,14 +30,7 @@ func TestAdyenSmuggledFormPayloadIsNotRecorded(t *testing.T) {
 	if r.code != http.StatusOK || r.body != "[accepted]" {
 		t.Fatalf("delivery: %d %q, want 200 [accepted] for the authentic item", r.code, r.body)
 	}
-	rows, err := f.admin.Query(context.Background(), `SELECT event_id FROM hookkeeper.webhook_events ORDER BY event_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := f.eventIDs()
 	if fmt.Sprint(ids) != "[PSP0001:AUTHORISATION:true]" {
 		t.Fatalf("receipts %v, want only the authentic PSP0001 (never FORGED)", ids)
 	}
@@ -85,15 +72,8 @@ func TestUnstorableSignedEventIs422AndCounted(t *testing.T) {
 	}
 }
 
-func githubHeader(secret string, body []byte, delivery, event string) http.Header {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	return http.Header{
-		"Content-Type":        {"application/json"},
-		"X-Github-Delivery":   {delivery},
-		"X-Github-Event":      {event},
-		"X-Hub-Signature-256": {"sha256=" + hex.EncodeToString(mac.Sum(nil))},
-	}
+func githubHeader(t *testing.T, body []byte, delivery, event string) http.Header {
+	return signedHeader(t, v1alpha1.ProviderGitHub, body, http.Header{"X-Github-Delivery": {delivery}, "X-Github-Event": {event}})
 }
 
 // TestGitHubReplayWithNewUnsignedHeadersIsADuplicate is issue 13 item 2: a captured
@@ -102,13 +82,13 @@ func githubHeader(secret string, body []byte, delivery, event string) http.Heade
 func TestGitHubReplayWithNewUnsignedHeadersIsADuplicate(t *testing.T) {
 	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderGitHub})
 	body := []byte(`{"action":"closed","pull_request":{"html_url":"https://github.com/o/r/pull/1","merged":true},"repository":{"full_name":"o/r"}}`)
-	first := f.post("/hooks", body, githubHeader(stripeSecret, body, "d-1", "pull_request"))
+	first := f.post("/hooks", body, githubHeader(t, body, "d-1", "pull_request"))
 	if first.code != http.StatusOK || !strings.Contains(first.body, `"duplicate":false`) {
 		t.Fatalf("first delivery: %d %q", first.code, first.body)
 	}
 	for _, h := range []http.Header{
-		githubHeader(stripeSecret, body, "d-2", "pull_request"),
-		githubHeader(stripeSecret, body, "d-3", "issues"),
+		githubHeader(t, body, "d-2", "pull_request"),
+		githubHeader(t, body, "d-3", "issues"),
 	} {
 		r := f.post("/hooks", body, h)
 		if r.code != http.StatusOK || !strings.Contains(r.body, `"duplicate":true`) {
@@ -148,16 +128,9 @@ func TestFutureOccurredAtDoesNotMoveTheEntityClock(t *testing.T) {
 	}
 }
 
-func shopifyHeader(secret string, body []byte, webhookID, topic, triggeredAt string) http.Header {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	return http.Header{
-		"Content-Type":           {"application/json"},
-		"X-Shopify-Webhook-Id":   {webhookID},
-		"X-Shopify-Topic":        {topic},
-		"X-Shopify-Triggered-At": {triggeredAt},
-		"X-Shopify-Hmac-Sha256":  {base64.StdEncoding.EncodeToString(mac.Sum(nil))},
-	}
+func shopifyHeader(t *testing.T, body []byte, webhookID, topic, triggeredAt string) http.Header {
+	return signedHeader(t, v1alpha1.ProviderShopify, body, http.Header{
+		"X-Shopify-Webhook-Id": {webhookID}, "X-Shopify-Topic": {topic}, "X-Shopify-Triggered-At": {triggeredAt}})
 }
 
 // TestShopifyReplayWithNewWebhookIDAndTimeIsADuplicate is issue 13 item 2 for Shopify:
@@ -167,11 +140,11 @@ func TestShopifyReplayWithNewWebhookIDAndTimeIsADuplicate(t *testing.T) {
 	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderShopify})
 	body := []byte(`{"id":820982911946154508,"financial_status":"paid","updated_at":"2026-03-01T12:00:00Z"}`)
 	now := time.Now().UTC().Format(time.RFC3339)
-	first := f.post("/hooks", body, shopifyHeader(stripeSecret, body, "w-1", "orders/paid", now))
+	first := f.post("/hooks", body, shopifyHeader(t, body, "w-1", "orders/paid", now))
 	if first.code != http.StatusOK || !strings.Contains(first.body, `"duplicate":false`) {
 		t.Fatalf("first delivery: %d %q", first.code, first.body)
 	}
-	replay := f.post("/hooks", body, shopifyHeader(stripeSecret, body, "w-2", "orders/paid", "2099-01-01T00:00:00Z"))
+	replay := f.post("/hooks", body, shopifyHeader(t, body, "w-2", "orders/paid", "2099-01-01T00:00:00Z"))
 	if replay.code != http.StatusOK || !strings.Contains(replay.body, `"duplicate":true`) {
 		t.Fatalf("replay with a new webhook id and Triggered-At: %d %q, want a duplicate", replay.code, replay.body)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -28,10 +27,12 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -39,10 +40,10 @@ import (
 func TestMain(m *testing.M) { testsupport.Main(m) }
 
 const (
-	schema       = "hookkeeper"
-	stripeSecret = "whsec_receiver_test_secret_0123456789"
-	// adyenKey is a hex HMAC key, as Adyen's customer area shows it.
-	adyenKey = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	schema = "hookkeeper"
+	// stripeSecret signs the Stripe fixtures' events; the other providers' endpoints
+	// verify with sigtest.Secret of their type.
+	stripeSecret = sigtest.StripeSecret
 )
 
 // fixture is one receiver serving one endpoint against its own database.
@@ -79,13 +80,9 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 			tenant_id text NOT NULL, client_txn_id text NOT NULL, status text NOT NULL,
 			expected_amount_paise bigint NOT NULL, PRIMARY KEY (tenant_id, client_txn_id))`)
 	}
-	secret := stripeSecret
-	if o.provider == v1alpha1.ProviderAdyen {
-		secret = adyenKey
-	}
 	env := map[string]string{
 		config.EnvDatabaseURL:               dbURL,
-		config.EnvSigningSecretPrefix + "0": secret,
+		config.EnvSigningSecretPrefix + "0": sigtest.Secret(o.provider),
 	}
 	ep, err := config.Compile(we, func(k string) string { return env[k] })
 	if err != nil {
@@ -236,6 +233,20 @@ func (f *fixture) rows() *testsupport.Rows {
 }
 
 // rowCounts counts the rows of every table the receiver may write.
+// eventIDs lists the event ids of the endpoint's receipts, in order.
+func (f *fixture) eventIDs() []string {
+	f.t.Helper()
+	rows, err := f.admin.Query(context.Background(), `SELECT event_id FROM `+store.TablesIn(schema).Events+` ORDER BY event_id`)
+	if err != nil {
+		f.t.Fatalf("receipts: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		f.t.Fatalf("receipts: %v", err)
+	}
+	return ids
+}
+
 func (f *fixture) rowCounts() map[string]int64 {
 	f.t.Helper()
 	rows := f.rows()
@@ -304,15 +315,24 @@ func stripeEvent(id, order string, amount int64) []byte {
 		id, time.Now().Unix(), amount, order)
 }
 
+// stripeHeader signs body the way Stripe does, with secret (stripeSecret, or another
+// to forge).
 func stripeHeader(secret string, body []byte) http.Header {
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
 	return http.Header{
 		"Content-Type":     {"application/json"},
-		"Stripe-Signature": {"t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))},
+		"Stripe-Signature": {devcluster.StripeSignature(secret, body, time.Now())},
 	}
+}
+
+// signedHeader signs body the way provider does, with sigtest's secret of the
+// fixture's endpoint, on top of the JSON Content-Type and extra.
+func signedHeader(t *testing.T, provider v1alpha1.ProviderType, body []byte, extra http.Header) http.Header {
+	t.Helper()
+	h := http.Header{"Content-Type": {"application/json"}}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return sigtest.Headers(t, provider, body, time.Now(), h)
 }
 
 func TestStripeDeliveryIsRecordedOnceAndItsDuplicateAcknowledged(t *testing.T) {
@@ -466,18 +486,11 @@ func TestOnlyTheConfiguredPathAndPOSTAreServed(t *testing.T) {
 // hex-decoded key over pspReference:originalReference:merchantAccountCode:
 // merchantReference:value:currency:eventCode:success, base64.
 func adyenItem(t *testing.T, psp, merchantRef string, value int64) string {
-	key, err := hex.DecodeString(adyenKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed := strings.Join([]string{psp, "", "ShopAccount", merchantRef, strconv.FormatInt(value, 10), "EUR", "AUTHORISATION", "true"}, ":")
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(signed))
-	sig := base64.StdEncoding.EncodeToString(mac.Sum(nil))
-	return fmt.Sprintf(`{"NotificationRequestItem":{"additionalData":{"hmacSignature":%q},`+
-		`"amount":{"currency":"EUR","value":%d},"eventCode":"AUTHORISATION","eventDate":"2026-01-01T01:00:00+01:00",`+
-		`"merchantAccountCode":"ShopAccount","merchantReference":%q,"pspReference":%q,"success":"true"}}`,
-		sig, value, merchantRef, psp)
+	t.Helper()
+	it := sigtest.AdyenItem{PSP: psp, Merchant: "ShopAccount", Reference: merchantRef, Value: value,
+		Currency: "EUR", EventCode: "AUTHORISATION", Success: "true"}
+	item := it.JSON(t, "", map[string]any{"eventDate": "2026-01-01T01:00:00+01:00"})
+	return string(sigtest.Marshal(t, map[string]any{"NotificationRequestItem": item}))
 }
 
 func TestAdyenBatchIsAcceptedWithOneReceiptPerItem(t *testing.T) {
@@ -498,14 +511,7 @@ func TestAdyenBatchIsAcceptedWithOneReceiptPerItem(t *testing.T) {
 	if counts["events"] != 3 {
 		t.Errorf("receipts = %d, want one per item (3)", counts["events"])
 	}
-	rows, err := f.admin.Query(context.Background(), `SELECT event_id FROM hookkeeper.webhook_events ORDER BY event_id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := f.eventIDs()
 	if want := "[PSP0001:AUTHORISATION:true PSP0002:AUTHORISATION:true PSP0003:AUTHORISATION:true]"; fmt.Sprint(ids) != want {
 		t.Errorf("event ids %v, want %s", ids, want)
 	}
@@ -764,18 +770,6 @@ func (b *logBuffer) assertNotContains(t *testing.T, subs ...string) {
 	}
 }
 
-func slackHeader(secret string, body []byte) http.Header {
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte("v0:" + ts + ":"))
-	mac.Write(body)
-	return http.Header{
-		"Content-Type":              {"application/json"},
-		"X-Slack-Request-Timestamp": {ts},
-		"X-Slack-Signature":         {"v0=" + hex.EncodeToString(mac.Sum(nil))},
-	}
-}
-
 // Slack accepts a Request URL only if the endpoint echoes a signed url_verification
 // challenge; the challenge is answered, never stored, and never echoed unverified.
 func TestSlackURLVerificationIsAnsweredAfterVerificationAndNotStored(t *testing.T) {
@@ -787,7 +781,7 @@ func TestSlackURLVerificationIsAnsweredAfterVerificationAndNotStored(t *testing.
 		t.Fatalf("unsigned challenge: %d %q, want 401 without the echo", forged.code, forged.body)
 	}
 
-	got := f.post("/hooks", body, slackHeader(stripeSecret, body))
+	got := f.post("/hooks", body, signedHeader(t, v1alpha1.ProviderSlack, body, nil))
 	if got.code != http.StatusOK || got.body != `{"challenge":"c-3eZbrw1aBm2rZgRNFdxV"}` {
 		t.Fatalf("signed challenge: %d %q, want 200 with the challenge", got.code, got.body)
 	}
@@ -805,7 +799,7 @@ func TestSlackURLVerificationIsAnsweredAfterVerificationAndNotStored(t *testing.
 func TestZoomURLValidationIsAnsweredWithTheVerifyingKey(t *testing.T) {
 	f := newFixture(t, fixtureOptions{provider: provider.ProviderZoom, maxBodyBytes: 1 << 20})
 	zoomHeader := func(body []byte) http.Header {
-		h := slackHeader(stripeSecret, body)
+		h := signedHeader(t, v1alpha1.ProviderSlack, body, nil)
 		return http.Header{
 			"Content-Type":           {"application/json"},
 			"X-Zm-Request-Timestamp": h["X-Slack-Request-Timestamp"],
@@ -817,7 +811,7 @@ func TestZoomURLValidationIsAnsweredWithTheVerifyingKey(t *testing.T) {
 		t.Fatalf("unsigned validation: %d %q, want 401 without an answer", forged.code, forged.body)
 	}
 	got := f.post("/hooks", body, zoomHeader(body))
-	mac := hmac.New(sha256.New, []byte(stripeSecret))
+	mac := hmac.New(sha256.New, []byte(sigtest.Secret(provider.ProviderZoom)))
 	mac.Write([]byte("qgg8vlvZRS6UYooatFL8Aw"))
 	want := `{"encryptedToken":"` + hex.EncodeToString(mac.Sum(nil)) + `","plainToken":"qgg8vlvZRS6UYooatFL8Aw"}`
 	if got.code != http.StatusOK || got.body != want {
