@@ -18,8 +18,12 @@ import (
 
 func TestMain(m *testing.M) { testsupport.Main(m) }
 
-func newClient(t *testing.T) client.Client {
+// newClient returns a client of the package's envtest API server and the context of
+// the test's requests: 30 seconds, cancelled when the test ends.
+func newClient(t *testing.T) (client.Client, context.Context) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -28,7 +32,7 @@ func newClient(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
-	return c
+	return c, ctx
 }
 
 func validEndpoint(name string) *v1alpha1.WebhookEndpoint {
@@ -56,9 +60,7 @@ func validEndpoint(name string) *v1alpha1.WebhookEndpoint {
 
 // Admission catches what OpenAPI and CEL rules can, with messages that name the problem.
 func TestCRDRejectsInvalidEndpoints(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 
 	cases := []struct {
 		name   string

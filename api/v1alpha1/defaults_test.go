@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,9 +25,7 @@ import (
 // entity.table, networkPolicy.egress). It also keeps GitOps tools free of drift: what
 // they apply is what they read back, defaults included.
 func TestDefaultsMatchTheAPIServer(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 
 	ref := func(n, k string) corev1.SecretKeySelector {
 		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: n}, Key: k}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -16,9 +15,7 @@ import (
 // 404), naming the field; empty or equal is accepted, and so is another HTTPRoute prefix
 // (the route rewrites it).
 func TestCRDIngressPathMustMatchReceiverPath(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 
 	ingress := func(path string) *v1alpha1.ExposureSpec {
 		return &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{Host: "hooks.example.com", Path: path}}

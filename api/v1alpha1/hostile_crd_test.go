@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,9 +15,7 @@ import (
 // The refetch API key goes to baseURL: admission refuses plain http unless
 // allowInsecureHTTP says it is a local stand-in.
 func TestCRDRefetchBaseURLNeedsHTTPSOrAllowInsecureHTTP(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 	cases := []struct {
 		name, baseURL string
 		insecure      bool
@@ -57,9 +54,7 @@ func TestCRDRefetchBaseURLNeedsHTTPSOrAllowInsecureHTTP(t *testing.T) {
 
 // receiver.maxInFlight defaults to 64 and stays within 1..4096.
 func TestCRDMaxInFlightDefaultAndBounds(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 	w := validEndpoint("max-in-flight-default")
 	if err := c.Create(ctx, w); err != nil {
 		t.Fatalf("create: %v", err)

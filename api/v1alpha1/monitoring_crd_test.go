@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -15,9 +14,7 @@ import (
 // spec.monitoring.labels takes at most 16 Kubernetes label keys and values, and never
 // the operator's own app.kubernetes.io labels.
 func TestCRDMonitoringLabels(t *testing.T) {
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, ctx := newClient(t)
 	many := map[string]v1alpha1.LabelValue{}
 	for i := range 17 {
 		many[fmt.Sprintf("l%d", i)] = "x"

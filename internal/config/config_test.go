@@ -205,26 +205,20 @@ func TestValidate(t *testing.T) {
 	if err := Validate(validEndpoint(t)); err != nil {
 		t.Fatalf("valid endpoint: %v", err)
 	}
+	// guard sets the guard of transition i (capture, fail, refund).
+	guard := func(i int, expr string) func(*v1alpha1.WebhookEndpoint) {
+		return func(we *v1alpha1.WebhookEndpoint) { we.Spec.StateMachine.Transitions[i].Guard = expr }
+	}
 	cases := []struct {
 		name   string
 		mutate func(*v1alpha1.WebhookEndpoint)
 		want   string
 	}{
-		{"undeclared variable in guard", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.StateMachine.Transitions[0].Guard = "event.amount == entty.amount"
-		}, "spec.stateMachine.transitions[capture].guard: undeclared reference to 'entty'"},
-		{"unknown field of event", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.StateMachine.Transitions[0].Guard = "event.amout == entity.amount"
-		}, "spec.stateMachine.transitions[capture].guard: undefined field 'amout' of 'event'"},
-		{"guard is not bool", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.StateMachine.Transitions[2].Guard = "entity.key + 'x'"
-		}, "spec.stateMachine.transitions[refund].guard: expression has type string, want bool"},
-		{"syntax error", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.StateMachine.Transitions[0].Guard = "event.amount =="
-		}, "spec.stateMachine.transitions[capture].guard: Syntax error"},
-		{"bad regex literal", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.StateMachine.Transitions[0].Guard = "event.id.matches('([')"
-		}, "spec.stateMachine.transitions[capture].guard:"},
+		{"undeclared variable in guard", guard(0, "event.amount == entty.amount"), "spec.stateMachine.transitions[capture].guard: undeclared reference to 'entty'"},
+		{"unknown field of event", guard(0, "event.amout == entity.amount"), "spec.stateMachine.transitions[capture].guard: undefined field 'amout' of 'event'"},
+		{"guard is not bool", guard(2, "entity.key + 'x'"), "spec.stateMachine.transitions[refund].guard: expression has type string, want bool"},
+		{"syntax error", guard(0, "event.amount =="), "spec.stateMachine.transitions[capture].guard: Syntax error"},
+		{"bad regex literal", guard(0, "event.id.matches('([')"), "spec.stateMachine.transitions[capture].guard:"},
 		{"event field wrong type", func(we *v1alpha1.WebhookEndpoint) {
 			we.Spec.Event.Type = "1 == 1"
 		}, "spec.event.type: expression has type bool, want string"},
