@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
+	appsv1 "k8s.io/api/apps/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -44,6 +45,27 @@ func awaitRollout(ctx context.Context, ns, name, oldHash string) string {
 		}
 	}).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return hash
+}
+
+// receiverDeployment is the receiver Deployment of ep as the API server has it now.
+func receiverDeployment(ctx context.Context, ep *v1alpha1.WebhookEndpoint) *appsv1.Deployment {
+	d, err := clientset.AppsV1().Deployments(session.Samples.Namespace).Get(ctx, resources.ReceiverName(ep), metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return d
+}
+
+// updateSecret applies change to the data of Secret ns/name, retrying on conflicts.
+func updateSecret(ctx context.Context, ns, name string, change func(data map[string][]byte)) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := clientset.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(s.Data)
+		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	Expect(err).NotTo(HaveOccurred())
 }
 
 // updateEndpoint applies change to the stored endpoint, retrying on conflicts, and

@@ -124,18 +124,12 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 	It("rolls the receivers when the signing Secret rotates", func(ctx SpecContext) {
 		ns := session.Samples.Namespace
 		name := resources.ReceiverName(ep)
-		before, err := clientset.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		oldHash := before.Spec.Template.Annotations[resources.AnnotationConfigHash]
+		oldHash := receiverDeployment(ctx, ep).Spec.Template.Annotations[resources.AnnotationConfigHash]
 		Expect(oldHash).NotTo(BeEmpty())
 
 		ref := ep.Spec.SigningSecrets[0].SecretKeyRef
 		rotated := "whsec_rotated_" + run
-		s, err := clientset.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		s.Data[ref.Key] = []byte(rotated)
-		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		updateSecret(ctx, ns, ref.Name, func(data map[string][]byte) { data[ref.Key] = []byte(rotated) })
 
 		// The operator changes the pod template's hash; the Deployment controller
 		// rolls the pods (maxUnavailable 0), the node agent runs the new ones.
@@ -155,8 +149,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 
 	It("loses nothing when a receiver process is killed", func(ctx SpecContext) {
 		ns := session.Samples.Namespace
-		d, err := clientset.AppsV1().Deployments(ns).Get(ctx, resources.ReceiverName(ep), metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		d := receiverDeployment(ctx, ep)
 		pods := receiverPods(ctx, Default, d)
 		Expect(pods).NotTo(BeEmpty())
 		victim := pods[0]
@@ -251,9 +244,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 	It("keeps accepting signed traffic while the signing secret rotates", func(ctx SpecContext) {
 		ns := session.Samples.Namespace
 		name := resources.ReceiverName(ep)
-		d, err := clientset.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		hash := d.Spec.Template.Annotations[resources.AnnotationConfigHash]
+		hash := receiverDeployment(ctx, ep).Spec.Template.Annotations[resources.AnnotationConfigHash]
 		oldRef := ep.Spec.SigningSecrets[0].SecretKeyRef
 		const nextKey = "next"
 		next := "whsec_next_" + run
@@ -321,11 +312,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		atLeast(20)
 
 		// Add the new key next to the old one, and the endpoint verifies with both.
-		s, err := clientset.CoreV1().Secrets(ns).Get(ctx, oldRef.Name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		s.Data[nextKey] = []byte(next)
-		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		updateSecret(ctx, ns, oldRef.Name, func(data map[string][]byte) { data[nextKey] = []byte(next) })
 		ep = updateEndpoint(ctx, ep, func(e *v1alpha1.WebhookEndpoint) {
 			e.Spec.SigningSecrets = append(e.Spec.SigningSecrets, v1alpha1.SigningSecret{
 				SecretKeyRef: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: oldRef.Name}, Key: nextKey},
@@ -345,11 +332,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 			})
 		})
 		awaitRollout(ctx, ns, name, hash)
-		s, err = clientset.CoreV1().Secrets(ns).Get(ctx, oldRef.Name, metav1.GetOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		delete(s.Data, oldRef.Key)
-		_, err = clientset.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
-		Expect(err).NotTo(HaveOccurred())
+		updateSecret(ctx, ns, oldRef.Name, func(data map[string][]byte) { delete(data, oldRef.Key) })
 		mark = acknowledged.Load()
 		atLeast(mark + 20)
 		stopSenders()
