@@ -2,20 +2,10 @@ package provider
 
 import (
 	"testing"
-	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-func TestIntercomPresets(t *testing.T) {
-	expectPresetValues(t, presetsOverSignedVector(t, "intercom-computed", nil), presetValues{
-		ID:         "notif_78c122d0-23ba-11e4-9464-79b01267cc2e",
-		Type:       "conversation.user.created",
-		EntityKey:  "147",
-		OccurredAt: presetPtr(time.Unix(1772366401, 0)),
-	})
-}
 
 // Intercom's header is `sha1=<hex>`: the bare hex, or another algorithm's prefix, is not
 // an Intercom signature.
