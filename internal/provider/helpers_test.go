@@ -12,6 +12,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -277,6 +278,19 @@ func expectTolerance(t *testing.T, verifier signature.Verifier, v vector, cases 
 			expectReason(t, verifier.Verify(req), tc.want, v)
 		})
 	}
+}
+
+// expectDefaultTolerance receives the vector's request, signed at signed, around the
+// edges of the default tolerance; step is the smallest step of the scheme's timestamp.
+func expectDefaultTolerance(t *testing.T, verifier signature.Verifier, v vector, signed time.Time, step time.Duration) {
+	t.Helper()
+	expectTolerance(t, verifier, v, []toleranceCase{
+		{"at the signed time", signed, ""},
+		{"at the edge of the default tolerance", signed.Add(v1alpha1.DefaultTolerance), ""},
+		{"just past the tolerance", signed.Add(v1alpha1.DefaultTolerance + step), signature.ReasonTimestampOutOfTolerance},
+		{"just before a future timestamp's tolerance", signed.Add(-v1alpha1.DefaultTolerance - step), signature.ReasonTimestampOutOfTolerance},
+		{"a day later (replay)", signed.Add(24 * time.Hour), signature.ReasonTimestampOutOfTolerance},
+	})
 }
 
 // expectSpecTolerance checks that a spec.provider.tolerance of d is honoured: the vector's
