@@ -122,10 +122,18 @@ var (
 		Help: "Age of the oldest undelivered, not dead outbox row (0 when none).",
 	}, []string{LabelEndpoint})
 
-	// OutboxDead is the number of dead-lettered rows.
+	// OutboxDead is the number of dead-lettered rows not discarded.
 	OutboxDead = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "hookkeeper_outbox_dead_letters",
-		Help: "Outbox rows dead-lettered after maxAttempts or a 410 from the sink.",
+		Help: "Outbox rows dead-lettered after maxAttempts or a 410 from the sink, and not discarded.",
+	}, []string{LabelEndpoint})
+
+	// SinkDown is 1 while the endpoint's dispatchers hold deliveries because the sink is
+	// down (consecutive unavailable answers), 0 otherwise. Every replica reports the
+	// state they share.
+	SinkDown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookkeeper_outbox_sink_down",
+		Help: "1 while the dispatchers hold deliveries and probe because the sink is down, else 0.",
 	}, []string{LabelEndpoint})
 
 	// Deliveries counts delivery attempts by result (delivered, retry, dead).
@@ -154,5 +162,5 @@ func Register(reg prometheus.Registerer) {
 	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired)
 	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
 		InFlight, Overloaded, RejectionLogsSuppressed,
-		OutboxBacklog, OutboxOldestAge, OutboxDead, Deliveries, DeliveryAttempts, CommitToDelivery)
+		OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown, Deliveries, DeliveryAttempts, CommitToDelivery)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,12 +34,17 @@ type Dispatcher struct {
 	pool       *pgxpool.Pool
 	opts       Options
 	q          queries
+	sq         sinkQueries
 	client     *http.Client
 	signingKey []byte
 
 	// wake is signalled (never blocking) by NOTIFY, by Wake, by recorded results and at
 	// start.
 	wake chan struct{}
+	// sinkDown is what this dispatcher last learnt of the sink: set when its results
+	// found it down, cleared when a claim got rows (the claim skips a down sink). Rows
+	// already claimed go back unsent while it is set, so only the probe reaches the sink.
+	sinkDown atomic.Bool
 }
 
 // NewDispatcher returns a dispatcher for opts (zero knobs take their defaults). Options
@@ -48,7 +54,8 @@ func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	d := &Dispatcher{
 		pool: pool,
 		opts: opts,
-		q:    newQueries(opts.Tables.Outbox, opts.Ordering),
+		q:    newQueries(opts.Tables, opts.Ordering),
+		sq:   newSinkQueries(opts.Tables),
 		wake: make(chan struct{}, 1),
 	}
 	d.client = d.newHTTPClient()
@@ -146,6 +153,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 	// down, every head is backing off) a claim scans the blocked rows, and one per
 	// NOTIFY would spend the database's CPU on finding nothing.
 	var quietUntil time.Time
+	sinkRowReady := false
 	for {
 		if wait := time.Until(quietUntil); due && wait > 0 {
 			resetTimer(poll, wait)
@@ -157,7 +165,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 			// this moment: the fence counts from here, not from when the rows arrive.
 			began := time.Now()
 			leaseEnd := began.Add(d.opts.Lease)
-			rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease)
+			rows, err := d.claim(ctx, limit, &sinkRowReady)
 			if err == nil && len(rows) == 0 {
 				quietUntil = time.Now().Add(min(d.opts.PollInterval, 10*time.Since(began)))
 			}
@@ -177,8 +185,8 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 					held++
 					work <- r
 				}
-				// A full batch means more may be due right away.
-				due = len(rows) == limit
+				// A full batch means more may be due right away (a probe is never full).
+				due = len(rows) == limit && !(len(rows) == 1 && rows[0].probe)
 			}
 			if !due {
 				resetTimer(poll, d.opts.PollInterval)
@@ -201,15 +209,37 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 	}
 }
 
+// claim leases up to limit due rows. Nothing is claimed while the sink is down; when a
+// claim finds nothing, this dispatcher may take the one probe (sink.go). The sink's row
+// is created before the first claim (ready records that it exists).
+func (d *Dispatcher) claim(ctx context.Context, limit int, ready *bool) ([]row, error) {
+	if !*ready {
+		if _, err := d.pool.Exec(ctx, d.sq.ensure, d.opts.Endpoint); err != nil {
+			return nil, fmt.Errorf("create the sink state: %w", err)
+		}
+		*ready = true
+	}
+	rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) > 0 {
+		d.sinkDown.Store(false)
+		return rows, nil
+	}
+	return d.claimProbe(ctx)
+}
+
 // deliver makes one attempt at r and decides what becomes of it. stop is the run
 // context (ended at shutdown), hard the one that cuts requests off after the grace.
 func (d *Dispatcher) deliver(stop, hard context.Context, r row) rowResult {
-	res := rowResult{ID: r.ID, Attempt: r.Attempt}
+	res := rowResult{ID: r.ID, Attempt: r.Attempt, Probe: r.probe}
 	// A row whose lease could end during the attempt (its claim was slow, or it waited
 	// in the queue) goes back unsent rather than risk a concurrent second delivery by
-	// the dispatcher that claims it next.
+	// the dispatcher that claims it next. So does a row claimed before this dispatcher
+	// learnt that the sink is down, unless it is the probe.
 	fence := r.leaseEnd.Add(-leaseMargin)
-	if stop.Err() != nil || time.Until(fence) < d.opts.Timeout {
+	if stop.Err() != nil || time.Until(fence) < d.opts.Timeout || (d.sinkDown.Load() && !r.probe) {
 		res.Result, res.Done = resultUnsent, time.Now()
 		return res
 	}
@@ -230,9 +260,11 @@ func (d *Dispatcher) deliver(stop, hard context.Context, r row) rowResult {
 		// The sink says this will never be accepted: retrying cannot help.
 		res.Result, res.Error = resultDead, d.describe(a)
 	case r.Attempt >= d.opts.MaxAttempts:
-		res.Result, res.Error = resultDead, d.describe(a)
+		// Unless the sink is down by the time this is recorded: then the attempt does
+		// not count and the row stays (sql.go, record).
+		res.Result, res.Error, res.Unavailable = resultDead, d.describe(a), a.unavailable()
 	default:
-		res.Result, res.Error = resultRetry, d.describe(a)
+		res.Result, res.Error, res.Unavailable = resultRetry, d.describe(a), a.unavailable()
 		res.Delay = d.backoff(r.Attempt, a.retryAfter)
 	}
 	return res
@@ -266,7 +298,7 @@ func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan rowResult, f
 				break drain
 			}
 		}
-		recordedRows, err := d.q.recordResults(ctx, d.pool, d.opts.Endpoint, batch)
+		recordedRows, change, err := d.q.recordResults(ctx, d.pool, d.opts.Endpoint, batch, d.opts.SinkDownAfter, d.opts.BackoffInitial)
 		if err != nil {
 			if ctx.Err() != nil {
 				log.Info("shutdown: results not recorded; their rows are re-delivered after the lease", "rows", len(batch), "error", err.Error())
@@ -290,10 +322,13 @@ func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan rowResult, f
 			continue
 		}
 		retry = 0
-		d.observe(batch, recordedRows)
+		d.observe(batch, recordedRows, change.Down)
+		d.sinkDown.Store(change.Down)
+		d.sinkChanged(ctx, change)
 		for _, r := range batch {
-			// A retry due before the next poll would otherwise wait for it.
-			if r.Result == resultRetry && r.Delay < d.opts.PollInterval {
+			// A retry due before the next poll would otherwise wait for it (while the
+			// sink is down, rows wait for the probe instead).
+			if r.Result == resultRetry && r.Delay < d.opts.PollInterval && !change.Down {
 				time.AfterFunc(r.Delay, d.signal)
 			}
 		}
@@ -302,14 +337,18 @@ func (d *Dispatcher) recordLoop(ctx context.Context, results <-chan rowResult, f
 	}
 }
 
-// observe updates the delivery metrics for a recorded batch.
-func (d *Dispatcher) observe(batch []rowResult, accepted []recorded) {
+// observe updates the delivery metrics for a recorded batch. sinkDown is the sink's
+// state after it: a failure on the last attempt then was not a death (sql.go, record).
+func (d *Dispatcher) observe(batch []rowResult, accepted []recorded, sinkDown bool) {
 	ep := d.opts.Endpoint
 	age := make(map[int64]float64, len(accepted))
 	for _, r := range accepted {
 		age[r.ID] = r.AgeSeconds
 	}
 	for _, r := range batch {
+		if r.Result == resultDead && r.Unavailable && sinkDown {
+			r.Result = resultRetry
+		}
 		switch r.Result {
 		case resultDelivered, resultRetry, resultDead:
 			metrics.Deliveries.WithLabelValues(ep, string(r.Result)).Inc()

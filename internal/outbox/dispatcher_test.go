@@ -421,30 +421,30 @@ func TestListenReconnects(t *testing.T) {
 func TestFenceRejectsStaleResult(t *testing.T) {
 	db := newTestDB(t)
 	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
-	q := newQueries(db.tables.Outbox, v1alpha1.OrderingPerEntity)
+	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
 	ctx := context.Background()
 
-	first, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Millisecond)
+	first, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Millisecond, false)
 	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
 	var second []row
 	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "lease expiry lets the row be claimed again", func() bool {
-		second, err = q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute)
+		second, err = q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false)
 		return err == nil && len(second) == 1
 	})
 	if second[0].Attempt != 2 {
 		t.Fatalf("second claim attempt %d, want 2", second[0].Attempt)
 	}
-	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute); err != nil || len(again) != 0 {
+	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false); err != nil || len(again) != 0 {
 		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
 	}
-	acc, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Result: resultRetry, Delay: time.Hour, Error: "newer"}})
+	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
 	if err != nil || len(acc) != 1 {
 		t.Fatalf("record newer result: %+v, %v", acc, err)
 	}
 	for _, stale := range []result{resultDelivered, resultDead, resultUnsent, resultRetry} {
-		acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Result: stale, Error: "stale"}})
+		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
 		if err != nil || len(acc) != 0 {
 			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
 		}
@@ -457,14 +457,14 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	if _, err := db.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET available_at = now(), lease_until = NULL WHERE id = $1`, db.tables.Outbox), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	third, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute)
+	third, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false)
 	if err != nil || len(third) != 1 || third[0].Attempt != 3 {
 		t.Fatalf("third claim: %+v, %v", third, err)
 	}
-	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDelivered}}); err != nil || len(acc) != 1 {
+	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDelivered}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
 		t.Fatalf("record delivery: %+v, %v", acc, err)
 	}
-	if acc, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDead}}); err != nil || len(acc) != 0 {
+	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDead}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 0 {
 		t.Errorf("result after delivery accepted: %+v, %v", acc, err)
 	}
 }

@@ -14,15 +14,22 @@ type Backlog struct {
 	Pending int64
 	// OldestPendingAge is the age of the oldest pending row, zero when none.
 	OldestPendingAge time.Duration
-	// Dead rows were dead-lettered.
+	// Dead rows were dead-lettered and not discarded.
 	Dead int64
+	// SinkDown: the dispatchers hold deliveries because the sink is down (sink.go).
+	SinkDown bool
 }
 
 // Backlog reads the endpoint's backlog from the database.
 func (d *Dispatcher) Backlog(ctx context.Context) (Backlog, error) {
+	return readBacklog(ctx, d.pool, d.q.gauges, d.opts.Endpoint)
+}
+
+// readBacklog runs backlogQuery.
+func readBacklog(ctx context.Context, db querier, query, endpoint string) (Backlog, error) {
 	var b Backlog
 	var age float64
-	if err := d.pool.QueryRow(ctx, d.q.gauges, d.opts.Endpoint).Scan(&b.Pending, &age, &b.Dead); err != nil {
+	if err := db.QueryRow(ctx, query, endpoint).Scan(&b.Pending, &age, &b.Dead, &b.SinkDown); err != nil {
 		return Backlog{}, fmt.Errorf("read outbox backlog: %w", err)
 	}
 	b.OldestPendingAge = time.Duration(age * float64(time.Second))
@@ -44,6 +51,11 @@ func (d *Dispatcher) refreshGauges(ctx context.Context) {
 			metrics.OutboxBacklog.WithLabelValues(ep).Set(float64(b.Pending))
 			metrics.OutboxOldestAge.WithLabelValues(ep).Set(b.OldestPendingAge.Seconds())
 			metrics.OutboxDead.WithLabelValues(ep).Set(float64(b.Dead))
+			down := 0.0
+			if b.SinkDown {
+				down = 1
+			}
+			metrics.SinkDown.WithLabelValues(ep).Set(down)
 		}
 		select {
 		case <-ctx.Done():

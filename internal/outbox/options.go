@@ -44,6 +44,13 @@ type Options struct {
 	// after attempt n is uniform in [0, min(BackoffMax, BackoffInitial*2^(n-1))].
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
+	// SinkDownAfter is the number of consecutive unavailable answers (no answer, a
+	// timeout, a 5xx, 408 or 429), across all the endpoint's dispatchers, after which the
+	// sink is down: rows are held and one probe at a time is sent (sink.go).
+	SinkDownAfter int
+	// ProbeIntervalMax caps the delay between two probes of a down sink, which doubles
+	// from BackoffInitial; it bounds how long after the sink is back delivery resumes.
+	ProbeIntervalMax time.Duration
 	// Timeout bounds one delivery attempt.
 	Timeout time.Duration
 	// Ordering PerEntity keeps at most one row per entity in flight, in id order.
@@ -88,6 +95,13 @@ func (o Options) withDefaults() Options {
 		o.BackoffMax = v1alpha1.DefaultBackoffMax
 	}
 	o.BackoffMax = max(o.BackoffMax, o.BackoffInitial)
+	if o.SinkDownAfter <= 0 {
+		o.SinkDownAfter = DefaultSinkDownAfter
+	}
+	if o.ProbeIntervalMax <= 0 {
+		o.ProbeIntervalMax = DefaultProbeIntervalMax
+	}
+	o.ProbeIntervalMax = max(min(o.ProbeIntervalMax, o.BackoffMax), o.BackoffInitial)
 	if o.Timeout <= 0 {
 		o.Timeout = v1alpha1.DefaultTimeout
 	}

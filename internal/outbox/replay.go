@@ -2,7 +2,9 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,7 +68,7 @@ type ReplayItem struct {
 type ReplayReport struct {
 	// Selected rows matched the selection when the run started.
 	Selected int
-	// Replayed rows were changed (zero in a dry run).
+	// Replayed rows were changed: re-driven, re-run or discarded (zero in a dry run).
 	Replayed int
 	// Outcomes counts the receipts' outcomes after reprocessing (receipt replay only).
 	Outcomes map[string]int
@@ -99,11 +101,95 @@ func selectionArgs(s Selection) []any {
 // budget: dead_at, attempts and the lease are reset and available_at set to now. The
 // dedupe key is untouched, so the sink sees the same Idempotency-Key. Rows that are no
 // longer dead are not selected, so running it twice re-drives nothing the second time.
+// Discarded dead letters are not selected.
 func RedriveDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, opts ReplayOptions) (ReplayReport, error) {
-	if sel.Endpoint == "" {
-		return ReplayReport{}, fmt.Errorf("redrive dead letters: endpoint key is empty")
+	return eachDeadLetter(ctx, pool, tables, sel, opts, deadLetterAction{
+		verb: "redrive",
+		change: func(batch string) string {
+			return fmt.Sprintf(`
+WITH batch AS (%[2]s)
+UPDATE %[1]s o
+SET dead_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
+FROM batch WHERE o.id = batch.id
+RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESCE(o.last_error, '')`, tables.Outbox, batch)
+		},
+		// Wake the dispatchers now rather than at their next poll.
+		afterBatch: func(ctx context.Context) error { return Notify(ctx, pool, sel.Endpoint) },
+	})
+}
+
+// Discard says who discards dead letters and why.
+type Discard struct {
+	// Actor is who decided (a person's name or an OS user); required.
+	Actor string
+	// Reason is why; required, at most MaxDiscardReason bytes.
+	Reason string
+}
+
+// MaxDiscardReason caps a discard's reason.
+const MaxDiscardReason = 1000
+
+// DiscardDeadLetters marks the selected dead letters discarded: a deliberate decision
+// that they will not be delivered, recorded in dead_letter_discards (who, when, why, how
+// many). The rows are kept, with the discard that took them; they no longer count as
+// dead letters (the gauge and its alert), nor are they selected by a replay or another
+// discard, so running it twice discards nothing the second time. Nothing is recorded when
+// nothing is selected, nor in a dry run.
+func DiscardDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, d Discard, opts ReplayOptions) (ReplayReport, error) {
+	d.Actor, d.Reason = strings.TrimSpace(d.Actor), strings.TrimSpace(d.Reason)
+	switch {
+	case d.Reason == "":
+		return ReplayReport{}, errors.New("discard dead letters: a reason is required")
+	case len(d.Reason) > MaxDiscardReason:
+		return ReplayReport{}, fmt.Errorf("discard dead letters: the reason is %d bytes, at most %d", len(d.Reason), MaxDiscardReason)
+	case d.Actor == "":
+		return ReplayReport{}, errors.New("discard dead letters: who discards them (the actor) is required")
 	}
-	where := `endpoint = $1 AND dead_at IS NOT NULL
+	var record int64
+	return eachDeadLetter(ctx, pool, tables, sel, opts, deadLetterAction{
+		verb: "discard",
+		begin: func(ctx context.Context) error {
+			err := pool.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (endpoint, actor, reason) VALUES ($1, $2, $3) RETURNING id`,
+				tables.DeadLetterDiscards), sel.Endpoint, d.Actor, d.Reason).Scan(&record)
+			if err != nil {
+				return fmt.Errorf("record the discard: %w", err)
+			}
+			return nil
+		},
+		// The record counts the rows of each batch in the batch's own statement.
+		change: func(batch string) string {
+			return fmt.Sprintf(`
+WITH batch AS (%[2]s),
+upd AS (
+	UPDATE %[1]s o SET discarded_at = now(), discard_id = %[4]d
+	FROM batch WHERE o.id = batch.id
+	RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.dead_at, COALESCE(o.last_error, '')
+),
+counted AS (UPDATE %[3]s SET rows = rows + (SELECT count(*) FROM upd) WHERE id = %[4]d)
+SELECT * FROM upd`, tables.Outbox, batch, tables.DeadLetterDiscards, record)
+		},
+	})
+}
+
+// deadLetterAction is what a run over dead letters does to each batch.
+type deadLetterAction struct {
+	verb string
+	// begin runs once, when rows are selected and it is not a dry run.
+	begin func(ctx context.Context) error
+	// change is the statement that changes a batch, given the batch's locking SELECT;
+	// it returns the changed rows as ReplayItems.
+	change func(batch string) string
+	// afterBatch runs after each changed batch.
+	afterBatch func(ctx context.Context) error
+}
+
+// eachDeadLetter runs a over the selected dead letters (not discarded), in batches of
+// ascending id, or lists them in a dry run.
+func eachDeadLetter(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, opts ReplayOptions, a deadLetterAction) (ReplayReport, error) {
+	if sel.Endpoint == "" {
+		return ReplayReport{}, fmt.Errorf("%s dead letters: endpoint key is empty", a.verb)
+	}
+	where := `endpoint = $1 AND dead_at IS NOT NULL AND discarded_at IS NULL
 	  AND ($2::timestamptz IS NULL OR dead_at >= $2)
 	  AND ($3::timestamptz IS NULL OR dead_at < $3)
 	  AND (cardinality($4::bigint[]) = 0 OR id = ANY($4))`
@@ -114,31 +200,30 @@ func RedriveDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Ta
 		Scan(&report.Selected); err != nil {
 		return report, fmt.Errorf("count dead letters: %w", err)
 	}
+	if report.Selected == 0 {
+		return report, nil
+	}
 
-	list := fmt.Sprintf(`
+	query := fmt.Sprintf(`
 SELECT id, dedupe_key, entity_key, event_type, dead_at, COALESCE(last_error, '')
 FROM %s WHERE %s AND id > $5 ORDER BY id LIMIT $6`, tables.Outbox, where)
-	// The batch is locked so a concurrent replay of the same rows skips them rather
-	// than resetting them twice; the dispatcher never claims dead rows.
-	redrive := fmt.Sprintf(`
-WITH batch AS (
-	SELECT id, dead_at FROM %[1]s WHERE %[2]s AND id > $5 ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED
-)
-UPDATE %[1]s o
-SET dead_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
-FROM batch WHERE o.id = batch.id
-RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESCE(o.last_error, '')`, tables.Outbox, where)
-
-	query := redrive
-	if opts.DryRun {
-		query = list
+	if !opts.DryRun {
+		if a.begin != nil {
+			if err := a.begin(ctx); err != nil {
+				return report, fmt.Errorf("%s dead letters: %w", a.verb, err)
+			}
+		}
+		// The batch is locked so a concurrent run over the same rows skips them rather
+		// than changing them twice; the dispatcher never claims dead rows.
+		query = a.change(fmt.Sprintf(`SELECT id, dead_at FROM %s WHERE %s AND id > $5 ORDER BY id LIMIT $6 FOR UPDATE SKIP LOCKED`,
+			tables.Outbox, where))
 	}
 	done := 0
 	last := int64(0)
 	for {
 		items, err := collectItems(ctx, pool, query, append(args, last, opts.batch())...)
 		if err != nil {
-			return report, fmt.Errorf("redrive dead letters: %w", err)
+			return report, fmt.Errorf("%s dead letters: %w", a.verb, err)
 		}
 		if len(items) == 0 {
 			break
@@ -152,9 +237,10 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESC
 		done += len(items)
 		if !opts.DryRun {
 			report.Replayed += len(items)
-			// Wake the dispatchers now rather than at their next poll.
-			if err := Notify(ctx, pool, sel.Endpoint); err != nil {
-				return report, err
+			if a.afterBatch != nil {
+				if err := a.afterBatch(ctx); err != nil {
+					return report, err
+				}
 			}
 		}
 		if opts.Progress != nil {

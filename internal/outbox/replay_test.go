@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,79 @@ func TestReplayReceipts(t *testing.T) {
 	rep, err = ReplayReceipts(ctx, db.pool, db.tables, Selection{Endpoint: testEndpoint, IDs: receiptIDs[1:2], Until: time.Now().Add(-time.Hour)}, reprocess, ReplayOptions{})
 	if err != nil || rep.Selected != 0 {
 		t.Errorf("replay outside the range: %+v, %v", rep, err)
+	}
+}
+
+// Discarding dead letters: a reason and an actor are required; a dry run lists and
+// changes nothing; a discard keeps the rows, records who, when, why and how many, takes
+// them out of the dead-letter count and out of replay; a second run discards nothing
+// and records nothing.
+func TestDiscardDeadLetters(t *testing.T) {
+	db := newTestDB(t)
+	ctx := context.Background()
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0}, outboxRow{Entity: "ord_2", Seq: 0}, outboxRow{Entity: "ord_3", Seq: 0})
+	if _, err := db.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET dead_at = now(), attempts = 12, last_error = 'sink answered 500' WHERE id = ANY($1)`,
+		db.tables.Outbox), ids); err != nil {
+		t.Fatal(err)
+	}
+	d := NewDispatcher(db.pool, db.options(t, "http://127.0.0.1:1/"))
+	discards := func() (n, rows int) {
+		t.Helper()
+		err := db.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), COALESCE(sum(rows), 0) FROM %s WHERE endpoint = $1`, db.tables.DeadLetterDiscards), testEndpoint).Scan(&n, &rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, rows
+	}
+	sel := Selection{Endpoint: testEndpoint, IDs: ids[:2]}
+	for _, bad := range []Discard{{Actor: "alice"}, {Actor: "alice", Reason: "  "}, {Reason: "test orders"}, {Actor: "alice", Reason: strings.Repeat("x", MaxDiscardReason+1)}} {
+		if _, err := DiscardDeadLetters(ctx, db.pool, db.tables, sel, bad, ReplayOptions{}); err == nil {
+			t.Errorf("discard %+v succeeded", bad)
+		}
+	}
+	why := Discard{Actor: "alice", Reason: "test orders from the staging provider account"}
+
+	var listed []ReplayItem
+	rep, err := DiscardDeadLetters(ctx, db.pool, db.tables, sel, why, ReplayOptions{DryRun: true, Each: func(it ReplayItem) { listed = append(listed, it) }})
+	if err != nil || rep.Selected != 2 || rep.Replayed != 0 || len(listed) != 2 || listed[0].State != "sink answered 500" {
+		t.Fatalf("dry run: %+v, %+v, %v", rep, listed, err)
+	}
+	if n, _ := discards(); n != 0 || db.count(t, "discarded_at IS NOT NULL") != 0 {
+		t.Fatalf("the dry run discarded or recorded something")
+	}
+
+	rep, err = DiscardDeadLetters(ctx, db.pool, db.tables, sel, why, ReplayOptions{BatchSize: 1})
+	if err != nil || rep.Selected != 2 || rep.Replayed != 2 {
+		t.Fatalf("discard: %+v, %v", rep, err)
+	}
+	if n, rows := discards(); n != 1 || rows != 2 {
+		t.Errorf("%d discard records for %d rows, want 1 for 2", n, rows)
+	}
+	var actor, reason string
+	var at time.Time
+	if err := db.pool.QueryRow(ctx, fmt.Sprintf(`SELECT actor, reason, discarded_at FROM %s WHERE endpoint = $1`, db.tables.DeadLetterDiscards),
+		testEndpoint).Scan(&actor, &reason, &at); err != nil || actor != why.Actor || reason != why.Reason || time.Since(at) > time.Minute {
+		t.Errorf("discard record: %q %q %s, %v", actor, reason, at, err)
+	}
+	if n := db.count(t, fmt.Sprintf("id = ANY('{%d,%d}') AND dead_at IS NOT NULL AND discarded_at IS NOT NULL AND discard_id IS NOT NULL", ids[0], ids[1])); n != 2 {
+		t.Errorf("%d discarded rows kept with their discard, want 2", n)
+	}
+	if b, err := d.Backlog(ctx); err != nil || b.Dead != 1 {
+		t.Errorf("dead letters after the discard: %+v, %v; want the one not discarded", b, err)
+	}
+
+	rep, err = DiscardDeadLetters(ctx, db.pool, db.tables, sel, why, ReplayOptions{})
+	if err != nil || rep.Selected != 0 || rep.Replayed != 0 {
+		t.Errorf("second discard: %+v, %v; want nothing", rep, err)
+	}
+	if n, _ := discards(); n != 1 {
+		t.Errorf("the second discard was recorded: %d records", n)
+	}
+	rep, err = RedriveDeadLetters(ctx, db.pool, db.tables, Selection{Endpoint: testEndpoint}, ReplayOptions{})
+	if err != nil || rep.Selected != 1 || rep.Replayed != 1 {
+		t.Errorf("replay after the discard: %+v, %v; want only the row not discarded", rep, err)
+	}
+	if st := db.state(t, ids[0]); !st.Dead {
+		t.Errorf("a discarded row was re-driven: %+v", st)
 	}
 }

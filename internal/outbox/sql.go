@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // row is one claimed outbox row.
@@ -30,6 +31,8 @@ type row struct {
 	// lease's length counted from that moment never overshoots, however long the
 	// statement waited (a lock, a slow network, a paused process) before it returned.
 	leaseEnd time.Time
+	// probe: the row was claimed to probe a down sink.
+	probe bool
 }
 
 // result is what became of one claimed row; its value is the result label of
@@ -62,6 +65,10 @@ type rowResult struct {
 	// Done is when the attempt finished; with the database's age of the row at record
 	// time it yields commit-to-delivery without comparing two machines' clocks.
 	Done time.Time
+	// Unavailable: the sink gave no answer or one that means "not now" (sink.go).
+	Unavailable bool
+	// Probe: the attempt probed a down sink.
+	Probe bool
 }
 
 // queries holds the dispatcher's SQL for one schema.
@@ -71,7 +78,8 @@ type queries struct {
 	gauges string
 }
 
-func newQueries(outboxTable string, ordering v1alpha1.Ordering) queries {
+func newQueries(tables store.Tables, ordering v1alpha1.Ordering) queries {
+	outboxTable := tables.Outbox
 	// Only the head of each entity's queue is a candidate under PerEntity: a row with an
 	// earlier undelivered, not dead row of the same entity is not claimable, and that
 	// earlier row stays so while it is leased. So two dispatchers (or one batch) never
@@ -93,6 +101,9 @@ func newQueries(outboxTable string, ordering v1alpha1.Ordering) queries {
 	       LIMIT 1) IS NULL`, outboxTable)
 	}
 	return queries{
+		// While the sink is down ($4 false) nothing is claimed: the uncorrelated
+		// sub-select is evaluated once, before any outbox row is read. A probe ($4 true)
+		// claims regardless (sink.go).
 		claim: fmt.Sprintf(`
 WITH async AS (SELECT %[3]s),
 due AS (
@@ -100,6 +111,7 @@ due AS (
 	WHERE o.endpoint = $1 AND o.delivered_at IS NULL AND o.dead_at IS NULL
 	  AND o.available_at <= now()
 	  AND (o.lease_until IS NULL OR o.lease_until <= now())%[2]s
+	  AND ($4 OR NOT EXISTS (SELECT 1 FROM %[4]s s WHERE s.endpoint = $1 AND s.down_since IS NOT NULL))
 	ORDER BY o.available_at, o.id
 	LIMIT $2
 	FOR UPDATE OF o SKIP LOCKED
@@ -108,34 +120,49 @@ UPDATE %[1]s o
 SET lease_until = now() + $3 * interval '1 microsecond', attempts = o.attempts + 1
 FROM due, async WHERE o.id = due.id
 RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.payload,
-	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity, asyncCommit),
+	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity, asyncCommit, tables.SinkState),
 
-		// One statement records a batch of results. Each row is fenced on the attempt
-		// it was claimed with and on not being delivered, so a late worker whose lease
-		// expired cannot overwrite a newer attempt's result.
+		// One statement records a batch of results and what they say of the sink. Each
+		// row is fenced on the attempt it was claimed with and on not being delivered,
+		// so a late worker whose lease expired cannot overwrite a newer attempt's
+		// result. An unavailable answer recorded while the sink is down (after this
+		// batch) gives the attempt back and never dead-letters the row.
 		record: fmt.Sprintf(`
-WITH async AS (SELECT %[2]s)
-UPDATE %[1]s o SET
-	lease_until  = NULL,
-	attempts     = CASE WHEN r.result = 'unsent' THEN o.attempts - 1 ELSE o.attempts END,
-	delivered_at = CASE WHEN r.result = 'delivered' THEN now() END,
-	dead_at      = CASE WHEN r.result = 'dead' THEN now() ELSE o.dead_at END,
-	available_at = CASE WHEN r.result = 'retry'
-	                    THEN now() + r.delay_us * interval '1 microsecond'
-	                    ELSE o.available_at END,
-	last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[])
-	AS r(id, attempt, result, delay_us, err), async
-WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
-RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8`, outboxTable, asyncCommit),
+WITH async AS (SELECT %[2]s),%[3]s,
+held AS (SELECT COALESCE((SELECT down FROM sink), false) AS down),
+upd AS (
+	UPDATE %[1]s o SET
+		lease_until  = NULL,
+		attempts     = CASE WHEN r.result = 'unsent' OR (r.unavailable AND held.down) THEN o.attempts - 1 ELSE o.attempts END,
+		delivered_at = CASE WHEN r.result = 'delivered' THEN now() END,
+		dead_at      = CASE WHEN r.result = 'dead' AND NOT (r.unavailable AND held.down) THEN now() ELSE o.dead_at END,
+		available_at = CASE WHEN r.unavailable AND held.down THEN o.available_at
+		                    WHEN r.result = 'retry' THEN now() + r.delay_us * interval '1 microsecond'
+		                    ELSE o.available_at END,
+		last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
+	FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[], $7::bool[])
+		AS r(id, attempt, result, delay_us, err, unavailable), async, held
+	WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
+	RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS age
+)
+SELECT COALESCE((SELECT array_agg(id) FROM upd), '{}'), COALESCE((SELECT array_agg(age) FROM upd), '{}'),
+	COALESCE((SELECT down FROM sink), false), COALESCE((SELECT opened FROM sink), false),
+	COALESCE((SELECT recovered FROM sink), false)`, outboxTable, asyncCommit, sinkStateUpdate(tables.SinkState)),
 
-		gauges: fmt.Sprintf(`
+		gauges: backlogQuery(tables),
+	}
+}
+
+// backlogQuery reads an endpoint's pending rows, the age of the oldest, its dead letters
+// that were not discarded, and whether its sink is down.
+func backlogQuery(tables store.Tables) string {
+	return fmt.Sprintf(`
 SELECT
 	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL),
 	(SELECT COALESCE(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM %[1]s
 	   WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL),
-	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND dead_at IS NOT NULL)`, outboxTable),
-	}
+	(SELECT count(*) FROM %[1]s WHERE endpoint = $1 AND dead_at IS NOT NULL AND discarded_at IS NULL),
+	EXISTS (SELECT 1 FROM %[2]s WHERE endpoint = $1 AND down_since IS NOT NULL)`, tables.Outbox, tables.SinkState)
 }
 
 // asyncCommit turns synchronous_commit off for the statement's own (implicit)
@@ -155,8 +182,9 @@ type querier interface {
 }
 
 // claim leases up to limit due rows and returns them with their attempt numbers.
-func (q queries) claimRows(ctx context.Context, db querier, endpoint string, limit int, lease time.Duration) ([]row, error) {
-	rows, err := db.Query(ctx, q.claim, endpoint, limit, lease.Microseconds())
+// A probe claims while the sink is down.
+func (q queries) claimRows(ctx context.Context, db querier, endpoint string, limit int, lease time.Duration, probe bool) ([]row, error) {
+	rows, err := db.Query(ctx, q.claim, endpoint, limit, lease.Microseconds(), probe)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -179,24 +207,35 @@ type recorded struct {
 	AgeSeconds float64
 }
 
-// recordResults writes a batch of results and returns the rows the fence accepted.
-func (q queries) recordResults(ctx context.Context, db querier, endpoint string, results []rowResult) ([]recorded, error) {
+// recordResults writes a batch of results and what they say of the sink (downAfter is
+// Options.SinkDownAfter, probeFirst the delay before the first probe), and returns the
+// rows the fence accepted and the sink's state.
+func (q queries) recordResults(ctx context.Context, db querier, endpoint string, results []rowResult, downAfter int, probeFirst time.Duration) ([]recorded, sinkChange, error) {
 	ids := make([]int64, len(results))
 	attempts := make([]int32, len(results))
 	resultNames := make([]string, len(results))
 	delays := make([]int64, len(results))
 	errs := make([]string, len(results))
+	unavailable := make([]bool, len(results))
 	for i, r := range results {
 		ids[i], attempts[i], resultNames[i] = r.ID, int32(r.Attempt), string(r.Result) //nolint:gosec // attempts are bounded by maxAttempts (<= 100) plus crash retries
-		delays[i], errs[i] = r.Delay.Microseconds(), r.Error
+		delays[i], errs[i], unavailable[i] = r.Delay.Microseconds(), r.Error, r.Unavailable
 	}
-	rows, err := db.Query(ctx, q.record, ids, attempts, resultNames, delays, errs, endpoint)
+	t := tally(results)
+	var (
+		accepted []int64
+		ages     []float64
+		change   sinkChange
+	)
+	err := db.QueryRow(ctx, q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
+		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds()).
+		Scan(&accepted, &ages, &change.Down, &change.Opened, &change.Recovered)
 	if err != nil {
-		return nil, fmt.Errorf("record delivery results: %w", err)
+		return nil, sinkChange{}, fmt.Errorf("record delivery results: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[recorded])
-	if err != nil {
-		return nil, fmt.Errorf("record delivery results: %w", err)
+	out := make([]recorded, len(accepted))
+	for i := range accepted {
+		out[i] = recorded{ID: accepted[i], AgeSeconds: ages[i]}
 	}
-	return out, nil
+	return out, change, nil
 }

@@ -36,6 +36,10 @@ type Tables struct {
 	Outbox   string
 	// EntityClocks keeps last_event_at for entities in an app's own table.
 	EntityClocks string
+	// SinkState is what the dispatchers know of each endpoint's sink.
+	SinkState string
+	// DeadLetterDiscards records each deliberate discard of dead letters.
+	DeadLetterDiscards string
 }
 
 // TablesIn returns the table names inside schema.
@@ -47,7 +51,9 @@ func TablesIn(schema string) Tables {
 		Entities: q("entities"),
 		Outbox:   q("outbox"),
 
-		EntityClocks: q("entity_clocks"),
+		EntityClocks:       q("entity_clocks"),
+		SinkState:          q("sink_state"),
+		DeadLetterDiscards: q("dead_letter_discards"),
 	}
 }
 
