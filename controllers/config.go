@@ -29,6 +29,10 @@ const (
 	EventReceiverUnavailable    = "ReceiverUnavailable"
 	EventExposed                = "Exposed"
 	EventExposureRemoved        = "ExposureRemoved"
+	// EventSinkDown: the dispatchers hold deliveries because the sink stopped answering.
+	EventSinkDown = "SinkDown"
+	// EventSinkRecovered: the sink answers again and delivery resumed.
+	EventSinkRecovered = "SinkRecovered"
 )
 
 // event records an Event on the endpoint. Notes never carry secret values: callers pass

@@ -127,6 +127,7 @@ func (r *WebhookEndpointReconciler) reconcileSteps(ctx context.Context, st *stat
 		{"resolve secrets", r.reconcileSecrets},
 		{"service account", r.reconcileServiceAccount},
 		{"migration", r.reconcileMigration},
+		{"sink health", r.reconcileSinkHealth},
 		{"deployment", r.reconcileDeployment},
 		{"service", r.reconcileService},
 		{"pod disruption budget", r.reconcilePDB},

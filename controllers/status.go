@@ -38,6 +38,10 @@ const (
 	ReasonGatewayMissing   = "GatewayAPINotInstalled"
 	ReasonReady            = "Ready"
 	ReasonProgressing      = "Progressing"
+	// ReasonSinkAnswering, ReasonSinkDown and ReasonSinkStateUnknown are SinkHealthy's.
+	ReasonSinkAnswering    = "SinkAnswering"
+	ReasonSinkDown         = "SinkDown"
+	ReasonSinkStateUnknown = "SinkStateUnknown"
 )
 
 // maxConditionMessage is below metav1.Condition's 32768-byte limit.
@@ -115,6 +119,14 @@ func (st *state) summarize() {
 			}
 			break
 		}
+	}
+	// SinkHealthy holds Ready back only when False for this generation: a sink that is
+	// down means effects are not reaching the app, and it converges by itself once the
+	// sink answers (Reconciling). Unknown (the operator cannot read the database the
+	// dispatchers write) says nothing about the endpoint and does not count.
+	if c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionSinkHealthy); blocking == nil && c != nil &&
+		c.Status == metav1.ConditionFalse && c.ObservedGeneration == ep.Generation {
+		blocking = c
 	}
 	if blocking == nil {
 		st.setCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonReady,

@@ -812,6 +812,10 @@ const (
 	ConditionDatabaseMigrated  = "DatabaseMigrated"
 	ConditionReceiverAvailable = "ReceiverAvailable"
 	ConditionExposed           = "Exposed"
+	// ConditionSinkHealthy says whether the sink answers the dispatchers: False while
+	// they hold deliveries because it is down (with the last error and the backlog),
+	// Unknown when the operator cannot read the state they keep in the database.
+	ConditionSinkHealthy = "SinkHealthy"
 	// ConditionReconciling and ConditionStalled follow the kstatus conventions (abnormal-true):
 	// Reconciling=True while the operator is still converging, Stalled=True when it cannot
 	// make progress until a person acts. Both are absent when Ready is True.
@@ -834,7 +838,8 @@ type WebhookEndpointStatus struct {
 	// schemaVersion is the database schema version the migration Job applied.
 	// +optional
 	SchemaVersion int64 `json:"schemaVersion,omitempty"`
-	// conditions: Ready, ConfigValid, SecretsResolved, DatabaseMigrated, ReceiverAvailable, Exposed.
+	// conditions: Ready, ConfigValid, SecretsResolved, DatabaseMigrated, ReceiverAvailable, Exposed,
+	// SinkHealthy, and the kstatus Reconciling and Stalled.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
