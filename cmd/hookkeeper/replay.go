@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -24,17 +26,47 @@ import (
 
 func init() { rootCmd.AddCommand(newReplayCmd()) }
 
-type replayFlags struct {
+// endpointFlags say which endpoint a command works on and how to reach its database;
+// replay and discard share them.
+type endpointFlags struct {
 	endpointFile string
 	kube         kubeFlags
 	databaseURL  string
-	deadLetters  bool
-	receipts     bool
+}
+
+// selectionFlags narrow the rows a command works on, and --dry-run.
+type selectionFlags struct {
 	since, until string
 	ids          []int64
 	dryRun       bool
 	batchSize    int
-	outcomes     []string
+}
+
+type replayFlags struct {
+	endpointFlags
+	selectionFlags
+	deadLetters bool
+	receipts    bool
+	outcomes    []string
+}
+
+// addEndpointFlags registers endpointFlags on fl.
+func addEndpointFlags(fl *pflag.FlagSet, f *endpointFlags) {
+	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file, instead of NAME (default: $"+config.EnvEndpoint+")")
+	fl.StringVarP(&f.kube.namespace, "namespace", "n", "", "with NAME: the endpoint's namespace (default: the kubeconfig context's)")
+	fl.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "with NAME: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+	fl.StringVar(&f.kube.context, "context", "", "with NAME: the kubeconfig context (default: the current one)")
+	fl.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL, instead of the endpoint's Secret (with NAME) or $"+config.EnvDatabaseURL+"; with kubectl port-forward, how to reach an in-cluster database")
+}
+
+// addSelectionFlags registers selectionFlags on fl; at names the time rows are selected
+// by and idKinds the rows --id takes.
+func addSelectionFlags(fl *pflag.FlagSet, f *selectionFlags, at, idKinds, verb string) {
+	fl.StringVar(&f.since, "since", "", "only rows "+at+" at or after this time")
+	fl.StringVar(&f.until, "until", "", "only rows "+at+" before this time")
+	fl.Int64SliceVar(&f.ids, "id", nil, "only these row ids ("+idKinds+"); repeatable")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "list what would be "+verb+" and change nothing")
+	fl.IntVar(&f.batchSize, "batch-size", outbox.DefaultReplayBatch, "rows per step (progress is printed after each)")
 }
 
 func newReplayCmd() *cobra.Command {
@@ -69,39 +101,22 @@ provider block has one); given NAME, it reads them from the Secrets.
 Both are idempotent: a re-driven or applied row is no longer selected. --dry-run lists the
 selected rows and changes nothing. Times are RFC 3339 or a duration before now ("24h").`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
-			defer stop()
-			name := ""
-			if len(args) == 1 {
-				name = args[0]
-			}
-			return runReplay(ctx, f, name, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		RunE: onEndpoint(func(ctx context.Context, name string, stdout, stderr io.Writer) error {
+			return runReplay(ctx, f, name, stdout, stderr)
+		}),
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file, instead of NAME (default: $"+config.EnvEndpoint+")")
-	fl.StringVarP(&f.kube.namespace, "namespace", "n", "", "with NAME: the endpoint's namespace (default: the kubeconfig context's)")
-	fl.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "with NAME: the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
-	fl.StringVar(&f.kube.context, "context", "", "with NAME: the kubeconfig context (default: the current one)")
-	fl.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL, instead of the endpoint's Secret (with NAME) or $"+config.EnvDatabaseURL+"; with kubectl port-forward, how to reach an in-cluster database")
+	addEndpointFlags(fl, &f.endpointFlags)
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "re-drive dead-lettered outbox rows")
 	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts that did not apply (see --outcome)")
 	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired (default unmatched,guard_failed,guard_error)")
-	fl.StringVar(&f.since, "since", "", "only rows dead-lettered (or received) at or after this time")
-	fl.StringVar(&f.until, "until", "", "only rows dead-lettered (or received) before this time")
-	fl.Int64SliceVar(&f.ids, "id", nil, "only these row ids (outbox ids with --dead-letters, receipt ids with --receipts); repeatable")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "list what would be replayed and change nothing")
-	fl.IntVar(&f.batchSize, "batch-size", outbox.DefaultReplayBatch, "rows per step (progress is printed after each)")
+	addSelectionFlags(fl, &f.selectionFlags, "dead-lettered (or received)", "outbox ids with --dead-letters, receipt ids with --receipts", "replayed")
 	return cmd
 }
 
 func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr io.Writer) error {
-	if name != "" && f.endpointFile != "" {
-		return fmt.Errorf("give the endpoint either as NAME (%s, read from the cluster) or as --endpoint %s, not both", name, f.endpointFile)
-	}
-	if name == "" && (f.kube.namespace != "" || f.kube.kubeconfig != "" || f.kube.context != "") {
-		return errors.New("--namespace, --kubeconfig and --context select the cluster the endpoint NAME is read from: give NAME")
+	if err := f.check(name); err != nil {
+		return err
 	}
 	if f.deadLetters == f.receipts {
 		return errors.New("choose exactly one of --dead-letters and --receipts")
@@ -114,55 +129,19 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 			return fmt.Errorf("--outcome %q: a replay re-runs only unmatched, guard_failed, guard_error, parked and expired receipts", o)
 		}
 	}
-	now := time.Now()
-	since, err := parseReplayTime(f.since, now)
-	if err != nil {
-		return fmt.Errorf("--since: %w", err)
-	}
-	until, err := parseReplayTime(f.until, now)
-	if err != nil {
-		return fmt.Errorf("--until: %w", err)
-	}
-	we, getenv, err := loadReplayEndpoint(ctx, f, name)
+	sel, err := f.selection()
 	if err != nil {
 		return err
 	}
-	url := getenv(config.EnvDatabaseURL)
-	if url == "" {
-		return fmt.Errorf("%s is not set", config.EnvDatabaseURL)
-	}
-	key := we.Namespace + "/" + we.Name
-	tables := store.TablesIn(we.Spec.Database.Schema)
-
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := store.Open(openCtx, url, 4)
-	cancel()
+	sel.Outcomes = f.outcomes
+	db, err := openEndpointDB(ctx, f.endpointFlags, name)
 	if err != nil {
-		if name != "" && f.databaseURL == "" {
-			return fmt.Errorf("open database: %w (the URL in spec.database.urlSecretRef is the one receivers use inside the cluster: "+
-				"from outside it, run kubectl -n %s port-forward to the database and pass --database-url with the local address)", err, we.Namespace)
-		}
-		return fmt.Errorf("open database: %w", err)
+		return err
 	}
-	defer pool.Close()
-
-	verb := "replayed"
-	if f.dryRun {
-		verb = "listed"
-	}
-	opts := outbox.ReplayOptions{
-		DryRun:    f.dryRun,
-		BatchSize: f.batchSize,
-		Progress: func(done, total int) {
-			_, _ = fmt.Fprintf(stderr, "%s %d/%d\n", verb, done, total)
-		},
-	}
-	if f.dryRun {
-		opts.Each = func(it outbox.ReplayItem) {
-			_, _ = fmt.Fprintf(stdout, "%d\t%s\t%s\t%s\t%s\t%s\n", it.ID, it.At.UTC().Format(time.RFC3339), it.EntityKey, it.EventType, it.Key, it.State)
-		}
-	}
-	sel := outbox.Selection{Endpoint: key, Since: since, Until: until, IDs: f.ids, Outcomes: f.outcomes}
+	defer db.pool.Close()
+	key, tables, pool, we, getenv := db.key, db.tables, db.pool, db.we, db.getenv
+	sel.Endpoint = key
+	opts := f.replayOptions("replayed", stdout, stderr)
 
 	if f.deadLetters {
 		rep, err := outbox.RedriveDeadLetters(ctx, pool, tables, sel, opts)
@@ -197,10 +176,105 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	return err
 }
 
-// loadReplayEndpoint reads the endpoint, and returns it with where its secrets come
+// onEndpoint runs a command on the endpoint NAME (its optional argument, "" without
+// it) until SIGTERM or an interrupt.
+func onEndpoint(run func(ctx context.Context, name string, stdout, stderr io.Writer) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		name := ""
+		if len(args) == 1 {
+			name = args[0]
+		}
+		return run(ctx, name, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+}
+
+// check refuses a NAME given with --endpoint, and cluster flags without NAME.
+func (f endpointFlags) check(name string) error {
+	if name != "" && f.endpointFile != "" {
+		return fmt.Errorf("give the endpoint either as NAME (%s, read from the cluster) or as --endpoint %s, not both", name, f.endpointFile)
+	}
+	if name == "" && (f.kube.namespace != "" || f.kube.kubeconfig != "" || f.kube.context != "") {
+		return errors.New("--namespace, --kubeconfig and --context select the cluster the endpoint NAME is read from: give NAME")
+	}
+	return nil
+}
+
+// selection reads --since, --until and --id; the endpoint is set by the caller.
+func (f selectionFlags) selection() (outbox.Selection, error) {
+	now := time.Now()
+	since, err := parseReplayTime(f.since, now)
+	if err != nil {
+		return outbox.Selection{}, fmt.Errorf("--since: %w", err)
+	}
+	until, err := parseReplayTime(f.until, now)
+	if err != nil {
+		return outbox.Selection{}, fmt.Errorf("--until: %w", err)
+	}
+	return outbox.Selection{Since: since, Until: until, IDs: f.ids}, nil
+}
+
+// replayOptions print progress on stderr ("<verb> done/total", "listed" in a dry run)
+// and, in a dry run, one line per selected row on stdout.
+func (f selectionFlags) replayOptions(verb string, stdout, stderr io.Writer) outbox.ReplayOptions {
+	if f.dryRun {
+		verb = "listed"
+	}
+	opts := outbox.ReplayOptions{
+		DryRun:    f.dryRun,
+		BatchSize: f.batchSize,
+		Progress: func(done, total int) {
+			_, _ = fmt.Fprintf(stderr, "%s %d/%d\n", verb, done, total)
+		},
+	}
+	if f.dryRun {
+		opts.Each = func(it outbox.ReplayItem) {
+			_, _ = fmt.Fprintf(stdout, "%d\t%s\t%s\t%s\t%s\t%s\n", it.ID, it.At.UTC().Format(time.RFC3339), it.EntityKey, it.EventType, it.Key, it.State)
+		}
+	}
+	return opts
+}
+
+// endpointDB is one endpoint's database, opened for a command.
+type endpointDB struct {
+	// key is the endpoint key, namespace/name.
+	key    string
+	tables store.Tables
+	pool   *pgxpool.Pool
+	we     *v1alpha1.WebhookEndpoint
+	// getenv reads the endpoint's secrets (see loadEndpoint).
+	getenv func(string) string
+}
+
+// openEndpointDB loads the endpoint (loadEndpoint) and opens its database. The caller
+// closes the pool.
+func openEndpointDB(ctx context.Context, f endpointFlags, name string) (*endpointDB, error) {
+	we, getenv, err := loadEndpoint(ctx, f, name)
+	if err != nil {
+		return nil, err
+	}
+	url := getenv(config.EnvDatabaseURL)
+	if url == "" {
+		return nil, fmt.Errorf("%s is not set", config.EnvDatabaseURL)
+	}
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pool, err := store.Open(openCtx, url, 4)
+	cancel()
+	if err != nil {
+		if name != "" && f.databaseURL == "" {
+			return nil, fmt.Errorf("open database: %w (the URL in spec.database.urlSecretRef is the one receivers use inside the cluster: "+
+				"from outside it, run kubectl -n %s port-forward to the database and pass --database-url with the local address)", err, we.Namespace)
+		}
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return &endpointDB{key: we.Namespace + "/" + we.Name, tables: store.TablesIn(we.Spec.Database.Schema), pool: pool, we: we, getenv: getenv}, nil
+}
+
+// loadEndpoint reads the endpoint, and returns it with where its secrets come
 // from: the cluster given NAME, else the manifest file or $HOOKKEEPER_ENDPOINT and the
 // environment. --database-url replaces the database URL of either.
-func loadReplayEndpoint(ctx context.Context, f replayFlags, name string) (*v1alpha1.WebhookEndpoint, func(string) string, error) {
+func loadEndpoint(ctx context.Context, f endpointFlags, name string) (*v1alpha1.WebhookEndpoint, func(string) string, error) {
 	set := map[string]string{}
 	if f.databaseURL != "" {
 		set[config.EnvDatabaseURL] = f.databaseURL

@@ -151,25 +151,34 @@ func resetFlags(cmd *cobra.Command) {
 	})
 }
 
-// insertDeadLetter adds one dead-lettered outbox row of endpoint and returns its id.
-func insertDeadLetter(t *testing.T, dbURL, endpoint string) int64 {
+// insertDeadLetter adds one dead-lettered outbox row of endpoint, entity order-1, with
+// dedupe key and source event id eventID, and returns its id.
+func insertDeadLetter(t *testing.T, dbURL, endpoint, eventID string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	ctx, conn := connect(t, dbURL)
 	var id int64
-	err = conn.QueryRow(ctx, `INSERT INTO `+store.TablesIn("hookkeeper").Outbox+`
+	err := conn.QueryRow(ctx, `INSERT INTO `+store.TablesIn("hookkeeper").Outbox+`
 (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, occurred_at, dead_at, last_error)
-VALUES ($1, 'evt-1', 'order-1', 'order.paid', 'evt-1', '{}', now(), now(), 'sink answered 500')
-RETURNING id`, endpoint).Scan(&id)
+VALUES ($1, $2, 'order-1', 'order.paid', $2, '{}', now(), now(), 'sink answered 500')
+RETURNING id`, endpoint, eventID).Scan(&id)
 	if err != nil {
 		t.Fatalf("insert dead letter: %v", err)
 	}
 	return id
+}
+
+// connect opens a connection to dbURL for the test, closed when it ends, and returns it
+// with a context that ends after 30 seconds.
+func connect(t *testing.T, dbURL string) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return ctx, conn
 }
 
 func assertNoSecrets(t *testing.T, outputs ...string) {
@@ -189,7 +198,7 @@ func TestReplayFromCluster(t *testing.T) {
 	f := newClusterFixture(t)
 	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	key := f.ns + "/orders-payments"
-	id := insertDeadLetter(t, dbURL, key)
+	id := insertDeadLetter(t, dbURL, key, "evt-1")
 	t.Setenv("KUBECONFIG", f.kubeconfig)
 
 	stdout, stderr, err := runCLI(t, "replay", "-n", f.ns, "orders-payments", "--dead-letters", "--dry-run", "--database-url", dbURL)

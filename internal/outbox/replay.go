@@ -129,6 +129,20 @@ type Discard struct {
 // MaxDiscardReason caps a discard's reason.
 const MaxDiscardReason = 1000
 
+// Check reports a missing actor or reason, or a reason over MaxDiscardReason.
+func (d Discard) Check() error {
+	reason := strings.TrimSpace(d.Reason)
+	switch {
+	case reason == "":
+		return errors.New("discard dead letters: a reason is required")
+	case len(reason) > MaxDiscardReason:
+		return fmt.Errorf("discard dead letters: the reason is %d bytes, at most %d", len(reason), MaxDiscardReason)
+	case strings.TrimSpace(d.Actor) == "":
+		return errors.New("discard dead letters: who discards them (the actor) is required")
+	}
+	return nil
+}
+
 // DiscardDeadLetters marks the selected dead letters discarded: a deliberate decision
 // that they will not be delivered, recorded in dead_letter_discards (who, when, why, how
 // many). The rows are kept, with the discard that took them; they no longer count as
@@ -137,13 +151,8 @@ const MaxDiscardReason = 1000
 // nothing is selected, nor in a dry run.
 func DiscardDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sel Selection, d Discard, opts ReplayOptions) (ReplayReport, error) {
 	d.Actor, d.Reason = strings.TrimSpace(d.Actor), strings.TrimSpace(d.Reason)
-	switch {
-	case d.Reason == "":
-		return ReplayReport{}, errors.New("discard dead letters: a reason is required")
-	case len(d.Reason) > MaxDiscardReason:
-		return ReplayReport{}, fmt.Errorf("discard dead letters: the reason is %d bytes, at most %d", len(d.Reason), MaxDiscardReason)
-	case d.Actor == "":
-		return ReplayReport{}, errors.New("discard dead letters: who discards them (the actor) is required")
+	if err := d.Check(); err != nil {
+		return ReplayReport{}, err
 	}
 	var record int64
 	return eachDeadLetter(ctx, pool, tables, sel, opts, deadLetterAction{
