@@ -25,6 +25,7 @@ var (
 const (
 	metricOldestUndelivered = "hookkeeper_outbox_oldest_undelivered_age_seconds"
 	metricDeadLetters       = "hookkeeper_outbox_dead_letters"
+	metricSinkDown          = "hookkeeper_outbox_sink_down"
 	metricSignatureFailures = "hookkeeper_webhook_signature_failures_total"
 	metricRequests          = "hookkeeper_webhook_requests_total"
 	metricDuplicates        = "hookkeeper_webhook_duplicates_total"
@@ -166,8 +167,8 @@ func rule(alert, expr, forDuration, severity, summary, description string, ep *v
 	}
 }
 
-// PrometheusRule holds the endpoint's alerts: the outbox is lagging, events are
-// dead-lettered, parked events expired, a guard fails to evaluate, signature failures spike (a wrong secret or an attack) and the share of
+// PrometheusRule holds the endpoint's alerts: the outbox is lagging, the sink is down,
+// events are dead-lettered, parked events expired, a guard fails to evaluate, signature failures spike (a wrong secret or an attack) and the share of
 // duplicates jumps (the provider is retrying because acknowledgements are slow or lost).
 // labels are the object's labels, MonitoringLabels(ep, operator-wide labels).
 func PrometheusRule(ep *v1alpha1.WebhookEndpoint, labels map[string]string) *unstructured.Unstructured {
@@ -177,10 +178,14 @@ func PrometheusRule(ep *v1alpha1.WebhookEndpoint, labels map[string]string) *uns
 			fmt.Sprintf(`max(%s{%s}) > 300`, metricOldestUndelivered, sel), "5m", "warning",
 			"Outbox events are not reaching the sink",
 			"The oldest undelivered outbox event is more than 5 minutes old", ep),
+		rule("HookkeeperSinkDown",
+			fmt.Sprintf(`max(%s{%s}) > 0`, metricSinkDown, sel), "5m", "warning",
+			"The sink does not answer: deliveries are held",
+			"The dispatchers hold every delivery and probe the sink once at a time; nothing is dropped or dead-lettered, and delivery resumes when it answers. The SinkHealthy condition has the last error and the backlog", ep),
 		rule("HookkeeperDeadLetters",
 			fmt.Sprintf(`max(%s{%s}) > 0`, metricDeadLetters, sel), "1m", "warning",
 			"Outbox events were dead-lettered",
-			"Some outbox events exhausted their attempts; fix the sink and run `hookkeeper replay`", ep),
+			"Some outbox events exhausted their attempts; fix the sink and run `hookkeeper replay`, or `hookkeeper discard --reason` those that must not be delivered", ep),
 		rule("HookkeeperParkedEventsExpired",
 			fmt.Sprintf(`sum(increase(%s{%s}[1h])) > 0`, metricParkedExpired, sel), "0m", "warning",
 			"Parked webhook events expired",

@@ -37,12 +37,12 @@ func TestMonitoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []prometheus.Collector{metrics.OutboxOldestAge, metrics.OutboxDead, metrics.SignatureFailures, metrics.Requests, metrics.Duplicates} {
+	for _, c := range []prometheus.Collector{metrics.OutboxOldestAge, metrics.OutboxDead, metrics.SinkDown, metrics.SignatureFailures, metrics.Requests, metrics.Duplicates} {
 		if name := metricName(t, c); !strings.Contains(string(raw), name) {
 			t.Errorf("PrometheusRule does not use %s", name)
 		}
 	}
-	for _, alert := range []string{"HookkeeperOutboxLagging", "HookkeeperDeadLetters", "HookkeeperParkedEventsExpired", "HookkeeperGuardErrors", "HookkeeperSignatureFailureSpike", "HookkeeperDuplicateRateJump"} {
+	for _, alert := range []string{"HookkeeperOutboxLagging", "HookkeeperSinkDown", "HookkeeperDeadLetters", "HookkeeperParkedEventsExpired", "HookkeeperGuardErrors", "HookkeeperSignatureFailureSpike", "HookkeeperDuplicateRateJump"} {
 		if !strings.Contains(string(raw), alert) {
 			t.Errorf("missing alert %s", alert)
 		}
