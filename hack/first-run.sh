@@ -34,33 +34,40 @@ export GOMODCACHE=$work/gomodcache GOCACHE=$work/gocache GOFLAGS=-modcacherw
 echo "first run of $(git -C "$repo" rev-parse --short HEAD) in $work (empty GOMODCACHE and GOCACHE; $(nproc) cores)"
 git clone -q "$repo" "$work/hookkeeper"
 
-# timed RUN NAME PATTERN: run make RUN in the clone, prefixing each line with the seconds
-# since start into $work/NAME.log; stop it (SIGINT, as Ctrl-C) once a line matches
-# PATTERN (empty: let it finish). Prints the seconds to the first line and to the match.
+# timed TARGET NAME STOP: run make TARGET in the clone, prefixing each line with the
+# seconds since start into $work/NAME.log. With STOP=cluster-demo it stops make (SIGINT,
+# as Ctrl-C) once the local cluster's demo table is printed: the table header after
+# hookkeeper dev's "ready" line (the demo without a cluster, shown first on a cold run,
+# prints the same header before any "ready"). Prints the seconds to the first output,
+# to the first demo table (either kind; - if none) and to the end or the stop.
 timed() {
-  local target=$1 name=$2 pattern=$3 log=$work/$2.log
-  local start=$SECONDS first="" matched="" line pid
+  local target=$1 name=$2 stop=$3 log=$work/$2.log
+  local start=$SECONDS first="" demo="-" ready=false line pid t
   : > "$log"
   coproc MAKE { cd "$work/hookkeeper" && exec setsid make "$target" 2>&1; }
   pid=$MAKE_PID
   while IFS= read -r line <&"${MAKE[0]}"; do
-    local t=$((SECONDS - start))
+    t=$((SECONDS - start))
     [[ -z $first ]] && first=$t
     printf '%5ds %s\n' "$t" "$line" >> "$log"
-    if [[ -n $pattern && -z $matched && $line == *"$pattern"* ]]; then
-      matched=$t
-      kill -INT -- "-$pid" 2>/dev/null || true
+    [[ $line == ready ]] && ready=true
+    if [[ $line == *"ORDER STATE"* ]]; then # a demo table's header: tabwriter prints the whole table at once
+      [[ $demo == - ]] && demo=$t
+      if [[ $stop == cluster-demo ]] && $ready; then
+        kill -INT -- "-$pid" 2>/dev/null || true
+        break
+      fi
     fi
   done
+  t=$((SECONDS - start))
   wait "$pid" 2>/dev/null || true
-  echo "$first ${matched:-$((SECONDS - start))}"
+  echo "$first $demo $t"
 }
 
-demo_header="ORDER STATE" # the demo table's header: tabwriter prints the whole table at once
-read -r dev_first dev_demo < <(timed dev dev-cold "$demo_header")
-read -r _ warm_demo < <(timed dev dev-warm "$demo_header")
+read -r dev_first dev_demo dev_cluster < <(timed dev dev-cold cluster-demo)
+read -r _ _ warm_cluster < <(timed dev dev-warm cluster-demo)
 if $run_test; then
-  read -r _ test_total < <(timed test test-first "")
+  read -r _ _ test_total < <(timed test test-first "")
 fi
 
 echo
@@ -68,9 +75,10 @@ printf '%-58s %s\n' "phase" "seconds"
 printf '%-58s %s\n' "make dev, cold: first output" "$dev_first"
 # Each hack/step.sh step of the cold run: "    <what>: done in 1m05s" / "cached (0s)".
 grep -E "^ *[0-9]+s     [a-z-]+: (done in|cached)" "$work/dev-cold.log" | sed -E 's/^ *([0-9]+)s +(.*)$/  \2 (finished at \1 s)/' || true
-grep -E '^ *[0-9]+s (postgresql|environment up|operator started|applied samples)' "$work/dev-cold.log" | sed -E 's/^ *([0-9]+)s (.*)$/  \2 (at \1 s)/' || true
-printf '%-58s %s\n' "make dev, cold: demo table" "$dev_demo"
-printf '%-58s %s\n' "make dev, warm (second run): demo table" "$warm_demo"
+grep -E '^ *[0-9]+s (postgresql|environment up|operator started|applied samples|ready$)' "$work/dev-cold.log" | sed -E 's/^ *([0-9]+)s (.*)$/  \2 (at \1 s)/' || true
+printf '%-58s %s\n' "make dev, cold: first demo table (without a cluster)" "$dev_demo"
+printf '%-58s %s\n' "make dev, cold: the local cluster's demo table" "$dev_cluster"
+printf '%-58s %s\n' "make dev, warm (second run): the local cluster's demo table" "$warm_cluster"
 if $run_test; then
   printf '%-58s %s\n' "make test, first run after make dev" "$test_total"
 fi
