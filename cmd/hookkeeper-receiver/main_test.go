@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // forbidden are the packages (and their subpackages) the receiver binary must not
@@ -22,27 +21,9 @@ var forbidden = []string{
 	"github.com/hookkeeper/hookkeeper/internal/resources",
 }
 
-// TestLinksOnlyTheDataPlane lists what this binary links, as `go list -deps` does for
-// the build, and fails if any of it is operator-side.
+// TestLinksOnlyTheDataPlane fails if the binary links anything operator-side.
 func TestLinksOnlyTheDataPlane(t *testing.T) {
-	var stderr bytes.Buffer
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())
-	}
-	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "github.com/hookkeeper/hookkeeper/internal/receiver") {
-		t.Fatalf("go list -deps does not list internal/receiver; the check would see nothing:\n%s", out)
-	}
-	for _, dep := range deps {
-		for _, f := range forbidden {
-			if dep == f || strings.HasPrefix(dep, f+"/") {
-				t.Errorf("hookkeeper-receiver links %s; receiver pods would carry it (find the importer with: go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/hookkeeper-receiver | grep %s)", dep, f)
-			}
-		}
-	}
+	testsupport.ForbidDeps(t, "github.com/hookkeeper/hookkeeper/internal/receiver", forbidden)
 }
 
 // The binary has the data-plane subcommands and nothing else, and names itself in

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 )
 
@@ -122,7 +123,7 @@ func runDev(parent context.Context, f devFlags) error {
 	}
 	fmt.Fprintf(out, "database:   %s (%s)\n  %s\n", dbShown, dbKind, psql)
 	fmt.Fprintf(out, "sink:       %s/events (records deliveries, one log line each)\n  curl -s %s/events   # the last %d deliveries, newest last\n",
-		session.Sink.URL(), session.Sink.URL(), devcluster.SinkListLimit)
+		session.Sink.URL(), session.Sink.URL(), demo.SinkListLimit)
 	for _, ep := range session.Samples.Endpoints {
 		u, err := session.Samples.ReceiverURL(session.Proxy, ep)
 		if err != nil {
@@ -168,7 +169,7 @@ func runLocalDemo(ctx context.Context) error {
 		return err
 	}
 	log := zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.WarnLevel))
-	return devcluster.RunLocalDemo(ctx, devcluster.LocalDemoOptions{
+	return demo.RunLocal(ctx, demo.LocalOptions{
 		RepoRoot:    root,
 		DatabaseURL: os.Getenv(config.EnvDatabaseURL),
 		Out:         os.Stdout,

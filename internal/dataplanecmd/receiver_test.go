@@ -17,7 +17,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -71,8 +71,8 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 		}
 	})
 
-	body := devcluster.StripeEvent("evt_cmd_1", "payment_intent.succeeded", "ord-9", 4200, time.Now())
-	status, err := devcluster.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body)
+	body := demo.StripeEvent("evt_cmd_1", "payment_intent.succeeded", "ord-9", 4200, time.Now())
+	status, err := demo.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body)
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("webhook: %d (%v), want 200", status, err)
 	}

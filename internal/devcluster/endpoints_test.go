@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
@@ -129,7 +130,7 @@ func TestWatchEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := readManifests(filepath.Join(root, "config/samples/hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml"))
+	docs, err := demo.ReadManifests(filepath.Join(root, "config/samples/hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // envHelper makes the test binary act as the Pods' executable: the node agent re-runs
@@ -24,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
-	testsupport.Main(m) // stops the throwaway PostgreSQL TestLocalDemo may start
+	os.Exit(m.Run())
 }
 
 // helperMain implements the helper's commands:

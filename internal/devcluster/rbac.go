@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 )
 
 // The operator runs in the local cluster as the ServiceAccount the installer creates,
@@ -86,7 +88,7 @@ func ReadOperatorRBAC(repoRoot string) ([]*unstructured.Unstructured, error) {
 		if filepath.IsAbs(res) || strings.Contains(res, "..") || !strings.HasSuffix(res, ".yaml") {
 			return nil, fmt.Errorf("%s: resource %q is not a YAML file in config/rbac", path, res)
 		}
-		docs, err := readManifests(filepath.Join(filepath.Dir(path), res))
+		docs, err := demo.ReadManifests(filepath.Join(filepath.Dir(path), res))
 		if err != nil {
 			return nil, err
 		}

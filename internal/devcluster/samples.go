@@ -4,45 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
-
-// SampleNamespace is where the dev environment applies the samples.
-const SampleNamespace = "shop"
-
-// The sample files applied by the dev environment, relative to the repository root.
-var sampleFiles = []string{
-	"config/samples/shared_secrets.yaml",
-	"config/samples/hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml",
-}
-
-// SampleOrders are the orders seeded into public.orders for the Stripe sample (tenant
-// acme, state payment_pending), by client_txn_id, with their expected amount in paise.
-var SampleOrders = map[string]int64{
-	"order-1001": 49900,
-	"order-1002": 129900,
-	"order-1003": 9900,
-	"order-1004": 250000,
-}
 
 // SampleOptions configures ApplySamples.
 type SampleOptions struct {
@@ -89,17 +68,17 @@ func ApplySamples(ctx context.Context, opts SampleOptions) (*Samples, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build client: %w", err)
 	}
-	if err := SeedOrders(ctx, opts.DatabaseURL); err != nil {
+	if err := demo.SeedOrders(ctx, opts.DatabaseURL); err != nil {
 		return nil, err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SampleNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demo.SampleNamespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create namespace %s: %w", SampleNamespace, err)
+		return nil, fmt.Errorf("create namespace %s: %w", demo.SampleNamespace, err)
 	}
-	out := &Samples{Client: c, Namespace: SampleNamespace, SigningSecrets: map[string]string{}}
+	out := &Samples{Client: c, Namespace: demo.SampleNamespace, SigningSecrets: map[string]string{}}
 	var objs []client.Object
-	for _, rel := range sampleFiles {
-		docs, err := readManifests(filepath.Join(opts.RepoRoot, rel))
+	for _, rel := range demo.SampleFiles {
+		docs, err := demo.ReadManifests(filepath.Join(opts.RepoRoot, rel))
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +87,7 @@ func ApplySamples(ctx context.Context, opts SampleOptions) (*Samples, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", rel, err)
 			}
-			obj.SetNamespace(SampleNamespace)
+			obj.SetNamespace(demo.SampleNamespace)
 			objs = append(objs, obj)
 			if ep, ok := obj.(*v1alpha1.WebhookEndpoint); ok {
 				out.Endpoints = append(out.Endpoints, ep)
@@ -126,34 +105,12 @@ func ApplySamples(ctx context.Context, opts SampleOptions) (*Samples, error) {
 		}
 		ref := ep.Spec.SigningSecrets[0].SecretKeyRef
 		var secret corev1.Secret
-		if err := c.Get(ctx, client.ObjectKey{Namespace: SampleNamespace, Name: ref.Name}, &secret); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: demo.SampleNamespace, Name: ref.Name}, &secret); err != nil {
 			return nil, fmt.Errorf("read signing secret of %s: %w", ep.Name, err)
 		}
 		out.SigningSecrets[ep.Name] = string(secret.Data[ref.Key])
 	}
 	return out, nil
-}
-
-func readManifests(path string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(path) //nolint:gosec // a sample manifest of this repository
-	if err != nil {
-		return nil, fmt.Errorf("open sample: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, fmt.Errorf("decode %s: %w", path, err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
 }
 
 // adaptSample converts a sample document to its typed object and rewires what points
@@ -170,47 +127,8 @@ func adaptSample(scheme *runtime.Scheme, u *unstructured.Unstructured, opts Samp
 	if !ok {
 		return nil, fmt.Errorf("%s is not an object", u.GetKind())
 	}
-	switch o := obj.(type) {
-	case *corev1.Secret:
-		if o.Name == "shop-db-app" {
-			o.StringData = map[string]string{"uri": opts.DatabaseURL}
-		}
-	case *v1alpha1.WebhookEndpoint:
-		o.Spec.Delivery.Sink = v1alpha1.SinkSpec{URL: opts.SinkURL}
-		// No Prometheus Operator here; the operator would only report the CRDs missing.
-		o.Spec.Monitoring = v1alpha1.MonitoringSpec{}
-	}
+	demo.Rewire(obj, opts.DatabaseURL, opts.SinkURL)
 	return obj, nil
-}
-
-// SeedOrders creates the app table the Stripe sample binds to and puts SampleOrders in
-// state payment_pending, resetting them when they exist, so that every demo starts from
-// the same orders.
-func SeedOrders(ctx context.Context, databaseURL string) error {
-	conn, err := pgx.Connect(ctx, databaseURL)
-	if err != nil {
-		return fmt.Errorf("connect to the dev database: %w", err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.orders (
-		tenant_id             text   NOT NULL,
-		client_txn_id         text   NOT NULL,
-		status                text   NOT NULL,
-		expected_amount_paise bigint NOT NULL,
-		PRIMARY KEY (tenant_id, client_txn_id))`); err != nil {
-		return fmt.Errorf("create orders table: %w", err)
-	}
-	batch := &pgx.Batch{}
-	for id, amount := range SampleOrders {
-		batch.Queue(`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
-			VALUES ('acme', $1, 'payment_pending', $2)
-			ON CONFLICT (tenant_id, client_txn_id) DO UPDATE
-			SET status = EXCLUDED.status, expected_amount_paise = EXCLUDED.expected_amount_paise`, id, amount)
-	}
-	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("seed orders: %w", err)
-	}
-	return nil
 }
 
 // Describe names the applied endpoints.

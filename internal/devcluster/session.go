@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"k8s.io/client-go/rest"
 
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 )
 
@@ -57,7 +58,7 @@ type Session struct {
 	Cluster *Cluster
 	Agent   *NodeAgent
 	Proxy   *ServiceProxy
-	Sink    *Sink
+	Sink    *demo.Sink
 	// DatabaseURL is the server's URL (given or throwaway).
 	DatabaseURL string
 	// Samples is set once the samples are applied.
@@ -154,7 +155,7 @@ func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err err
 	} else {
 		fmt.Fprintln(opts.Out, "postgresql: using DATABASE_URL")
 	}
-	if s.Sink, err = StartSink(ctx, opts.Log.WithName("sink")); err != nil {
+	if s.Sink, err = demo.StartSink(ctx, opts.Log.WithName("sink")); err != nil {
 		return nil, err
 	}
 

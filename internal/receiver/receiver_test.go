@@ -27,7 +27,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -320,7 +320,7 @@ func stripeEvent(id, order string, amount int64) []byte {
 func stripeHeader(secret string, body []byte) http.Header {
 	return http.Header{
 		"Content-Type":     {"application/json"},
-		"Stripe-Signature": {devcluster.StripeSignature(secret, body, time.Now())},
+		"Stripe-Signature": {demo.StripeSignature(secret, body, time.Now())},
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
@@ -168,7 +168,7 @@ func (h *harness) deliver(eventID, eventType, piID, txnID string) int {
 		h.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", devcluster.StripeSignature(testSigningSecret, body, time.Now()))
+	req.Header.Set("Stripe-Signature", demo.StripeSignature(testSigningSecret, body, time.Now()))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatalf("deliver %s: %v", eventID, err)

@@ -16,7 +16,7 @@ const StripeEndpointSchema = "hookkeeper"
 // stripeEndpoint is the WebhookEndpoint of tests that run the receiver as the operator
 // does: Stripe, the signing secret in Secret stripe-webhook key current, the database
 // URL in Secret shop-db key uri, one managed entity per metadata.client_txn_id (the key
-// devcluster.StripeEvent writes) that payment_intent.succeeded moves from
+// demo.StripeEvent writes) that payment_intent.succeeded moves from
 // payment_pending to paid, emitting order.paid to the sink; served at /stripe.
 const stripeEndpoint = `apiVersion: hookkeeper.dev/v1alpha1
 kind: WebhookEndpoint

@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 )
 
 // dumpPodLogs prints the tail of every container log the node agent wrote.
@@ -32,12 +32,12 @@ func dumpPodLogs() {
 
 // dumpEvents prints the events of the sample namespace.
 func dumpEvents(ctx context.Context) {
-	list, err := clientset.CoreV1().Events(devcluster.SampleNamespace).List(ctx, metav1.ListOptions{})
+	list, err := clientset.CoreV1().Events(demo.SampleNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		GinkgoWriter.Printf("--- events: %v\n", err)
 		return
 	}
-	GinkgoWriter.Printf("--- events in %s (%d)\n", devcluster.SampleNamespace, len(list.Items))
+	GinkgoWriter.Printf("--- events in %s (%d)\n", demo.SampleNamespace, len(list.Items))
 	for _, e := range list.Items {
 		GinkgoWriter.Printf("%s %s %s %s/%s: %s\n", e.LastTimestamp.Format("15:04:05"), e.Type, e.Reason,
 			e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)

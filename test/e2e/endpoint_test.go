@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
@@ -70,8 +70,8 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 
 	It("applies a signed payment once, however often and concurrently it is delivered", func(ctx SpecContext) {
 		id := "evt_" + run + "_pay"
-		body := devcluster.StripeEvent(id, "payment_intent.succeeded", "order-1001", devcluster.SampleOrders["order-1001"], time.Now())
-		Expect(devcluster.PostStripe(ctx, url, secret, body)).To(Equal(http.StatusOK))
+		body := demo.StripeEvent(id, "payment_intent.succeeded", "order-1001", demo.SampleOrders["order-1001"], time.Now())
+		Expect(demo.PostStripe(ctx, url, secret, body)).To(Equal(http.StatusOK))
 
 		var wg sync.WaitGroup
 		codes := make(chan int, 16)
@@ -80,7 +80,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 			go func() {
 				defer wg.Done()
 				defer GinkgoRecover()
-				code, err := devcluster.PostStripe(ctx, url, secret, body)
+				code, err := demo.PostStripe(ctx, url, secret, body)
 				Expect(err).NotTo(HaveOccurred())
 				codes <- code
 			}()
@@ -114,8 +114,8 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 
 	It("rejects a forged signature and stores nothing", func(ctx SpecContext) {
 		id := "evt_" + run + "_forged"
-		body := devcluster.StripeEvent(id, "payment_intent.succeeded", "order-1004", devcluster.SampleOrders["order-1004"], time.Now())
-		Expect(devcluster.PostStripe(ctx, url, "whsec_forged", body)).To(Equal(http.StatusUnauthorized))
+		body := demo.StripeEvent(id, "payment_intent.succeeded", "order-1004", demo.SampleOrders["order-1004"], time.Now())
+		Expect(demo.PostStripe(ctx, url, "whsec_forged", body)).To(Equal(http.StatusUnauthorized))
 		n, _ := receipts(ctx, id)
 		Expect(n).To(BeZero())
 		Expect(orderState(ctx, "order-1004")).To(Equal("payment_pending"))
@@ -137,9 +137,9 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		session.Samples.SigningSecrets[ep.Name] = rotated
 
 		id := "evt_" + run + "_after_rotation"
-		body := devcluster.StripeEvent(id, "payment_intent.succeeded", "order-1002", devcluster.SampleOrders["order-1002"], time.Now())
-		Expect(devcluster.PostStripe(ctx, url, secret, body)).To(Equal(http.StatusUnauthorized), "the old secret no longer verifies")
-		Expect(devcluster.PostStripe(ctx, url, rotated, body)).To(Equal(http.StatusOK))
+		body := demo.StripeEvent(id, "payment_intent.succeeded", "order-1002", demo.SampleOrders["order-1002"], time.Now())
+		Expect(demo.PostStripe(ctx, url, secret, body)).To(Equal(http.StatusUnauthorized), "the old secret no longer verifies")
+		Expect(demo.PostStripe(ctx, url, rotated, body)).To(Equal(http.StatusOK))
 		secret = rotated
 		n, outcome := receipts(ctx, id)
 		Expect(n).To(Equal(1))
@@ -167,7 +167,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 			go func() {
 				defer wg.Done()
 				id := fmt.Sprintf("evt_%s_kill_%02d", run, i)
-				body := devcluster.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
+				body := demo.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
 				errs <- deliverUntilAcknowledged(ctx, url, secret, body)
 			}()
 			if i == events/4 {
@@ -211,17 +211,17 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		now := time.Now()
 		captureID := "evt_" + run + "_ooo_capture"
 		refundID := "evt_" + run + "_ooo_refund"
-		capture := devcluster.StripeEvent(captureID, "payment_intent.succeeded", order, amount, now.Add(-time.Minute))
-		refund := devcluster.StripeEvent(refundID, "charge.refunded", order, amount, now.Add(-30*time.Second))
+		capture := demo.StripeEvent(captureID, "payment_intent.succeeded", order, amount, now.Add(-time.Minute))
+		refund := demo.StripeEvent(refundID, "charge.refunded", order, amount, now.Add(-30*time.Second))
 
-		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK), "an early event is acknowledged")
+		Expect(demo.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK), "an early event is acknowledged")
 		n, outcome := receipts(ctx, refundID)
 		Expect(n).To(Equal(1))
 		Expect(outcome).To(Equal("parked"), "the refund waits for a paid order")
 		Expect(orderState(ctx, order)).To(Equal("payment_pending"))
 
 		// The capture applies and releases the refund in the same transaction.
-		Expect(devcluster.PostStripe(ctx, url, secret, capture)).To(Equal(http.StatusOK))
+		Expect(demo.PostStripe(ctx, url, secret, capture)).To(Equal(http.StatusOK))
 		n, outcome = receipts(ctx, captureID)
 		Expect(n).To(Equal(1))
 		Expect(outcome).To(Equal("applied"))
@@ -230,7 +230,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		Expect(orderState(ctx, order)).To(Equal("refunded"))
 
 		// The provider retries the refund under the same event id: a duplicate.
-		Expect(devcluster.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK))
+		Expect(demo.PostStripe(ctx, url, secret, refund)).To(Equal(http.StatusOK))
 		n, _ = receipts(ctx, refundID)
 		Expect(n).To(Equal(1))
 		Expect(orderState(ctx, order)).To(Equal("refunded"))
@@ -276,7 +276,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 					case <-pace.C:
 					}
 					id := fmt.Sprintf("evt_%s_rot_%d_%05d", run, w, i)
-					body := devcluster.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
+					body := demo.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
 					err := deliverWith(ctx, url, currentKey, body, time.Minute)
 					if err == nil {
 						acknowledged.Add(1)
@@ -353,9 +353,9 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 		old := secret
 		secret = next
 		session.Samples.SigningSecrets[ep.Name] = next
-		probe := devcluster.StripeEvent("evt_"+run+"_rot_probe", "payment_intent.created", "order-1003", 1, time.Now())
-		Expect(devcluster.PostStripe(ctx, url, old, probe)).To(Equal(http.StatusUnauthorized), "the old key no longer verifies")
-		Expect(devcluster.PostStripe(ctx, url, next, probe)).To(Equal(http.StatusOK))
+		probe := demo.StripeEvent("evt_"+run+"_rot_probe", "payment_intent.created", "order-1003", 1, time.Now())
+		Expect(demo.PostStripe(ctx, url, old, probe)).To(Equal(http.StatusUnauthorized), "the old key no longer verifies")
+		Expect(demo.PostStripe(ctx, url, next, probe)).To(Equal(http.StatusOK))
 	})
 
 	It("delivers each effect to the sink under one Idempotency-Key", func(ctx SpecContext) {
@@ -444,7 +444,7 @@ func deliverUntilAcknowledged(ctx context.Context, url, secret string, body []by
 func deliverWith(ctx context.Context, url string, key func() string, body []byte, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		code, err := devcluster.PostStripe(ctx, url, key(), body)
+		code, err := demo.PostStripe(ctx, url, key(), body)
 		if err == nil && code >= 200 && code < 300 {
 			return nil
 		}

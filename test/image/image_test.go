@@ -39,7 +39,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
-	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -120,9 +120,9 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	body := devcluster.StripeEvent("evt_image_1", "payment_intent.succeeded", "ord-image-1", 4200, time.Now())
+	body := demo.StripeEvent("evt_image_1", "payment_intent.succeeded", "ord-image-1", 4200, time.Now())
 	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(config.WebhookPort)) + "/stripe"
-	status, err := devcluster.PostStripe(ctx, url, secret, body)
+	status, err := demo.PostStripe(ctx, url, secret, body)
 	if err != nil {
 		t.Fatalf("post webhook: %v\n%s", err, p.logs(name))
 	}
@@ -130,7 +130,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 		t.Fatalf("webhook: %d, want 200\n%s", status, p.logs(name))
 	}
 	// A wrong signature is refused by the same container.
-	if status, err := devcluster.PostStripe(ctx, url, "whsec_wrong", body); err != nil || status != http.StatusUnauthorized && status != http.StatusBadRequest {
+	if status, err := demo.PostStripe(ctx, url, "whsec_wrong", body); err != nil || status != http.StatusUnauthorized && status != http.StatusBadRequest {
 		t.Errorf("webhook with a wrong secret: %d, %v; want 400 or 401", status, err)
 	}
 

@@ -1,4 +1,4 @@
-package devcluster
+package demo
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// TestLocalDemo runs `hookkeeper dev --cluster=false`'s demo on a database of its own
+// TestLocalDemo runs the demo without a cluster (RunLocal) on a database of its own
 // and reads its table: every scripted case ends as it must, refund-before-capture
 // included, and each effect reaches the sink once.
 func TestLocalDemo(t *testing.T) {
@@ -20,7 +20,7 @@ func TestLocalDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := RunLocalDemo(ctx, LocalDemoOptions{
+	err := RunLocal(ctx, LocalOptions{
 		RepoRoot:    testsupport.RepoRoot(t),
 		DatabaseURL: testsupport.NewDatabase(t),
 		Out:         &out,
@@ -60,3 +60,5 @@ func TestLocalDemo(t *testing.T) {
 		}
 	}
 }
+
+func TestMain(m *testing.M) { testsupport.Main(m) }

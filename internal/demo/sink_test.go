@@ -1,4 +1,4 @@
-package devcluster
+package demo
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package devcluster
+package demo
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -22,8 +22,8 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-// LocalDemoOptions configures RunLocalDemo.
-type LocalDemoOptions struct {
+// LocalOptions configures RunLocal.
+type LocalOptions struct {
 	// RepoRoot is where the samples are read from.
 	RepoRoot string
 	// DatabaseURL is the PostgreSQL to use; empty starts a throwaway server.
@@ -32,12 +32,12 @@ type LocalDemoOptions struct {
 	Log         logr.Logger
 }
 
-// RunLocalDemo is the demo without a cluster: the Stripe orders sample's receiver, with
+// RunLocal is the demo without a cluster: the Stripe orders sample's receiver, with
 // its dispatcher, runs in this process on PostgreSQL, exactly as a receiver pod would
 // (the same manifest, Secrets, migration and code), and the scripted webhooks go to it.
 // It needs seconds, where the cluster first needs its control plane built: `make dev`
 // shows it while nothing else is ready yet.
-func RunLocalDemo(ctx context.Context, opts LocalDemoOptions) (err error) {
+func RunLocal(ctx context.Context, opts LocalOptions) (err error) {
 	out := opts.Out
 	begin := time.Now()
 	fmt.Fprintln(out, "demo without a cluster: the Stripe orders sample's receiver in this process, on PostgreSQL")
@@ -110,7 +110,7 @@ func RunLocalDemo(ctx context.Context, opts LocalDemoOptions) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "receiver ready in %.1fs on http://%s%s\n", time.Since(begin).Seconds(), webhookAddr, ep.Spec.Receiver.Path)
-	return RunDemoAt(ctx, DemoTarget{
+	return Run(ctx, Target{
 		URL:         "http://" + webhookAddr + ep.Spec.Receiver.Path,
 		Secret:      secret,
 		Endpoint:    ep.Key(),
@@ -124,31 +124,31 @@ func RunLocalDemo(ctx context.Context, opts LocalDemoOptions) (err error) {
 // them at databaseURL and sinkURL as the cluster session does, and returns the endpoint,
 // the environment its receiver pod would have, and its signing secret.
 func localSample(repoRoot, databaseURL, sinkURL string) (*v1alpha1.WebhookEndpoint, func(string) string, string, error) {
-	scheme, err := Scheme()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	opts := SampleOptions{RepoRoot: repoRoot, DatabaseURL: databaseURL, SinkURL: sinkURL}
 	secrets := map[string]*corev1.Secret{}
 	var we *v1alpha1.WebhookEndpoint
-	for _, rel := range sampleFiles {
-		docs, err := readManifests(filepath.Join(repoRoot, rel))
+	for _, rel := range SampleFiles {
+		docs, err := ReadManifests(filepath.Join(repoRoot, rel))
 		if err != nil {
 			return nil, nil, "", err
 		}
 		for _, u := range docs {
-			obj, err := adaptSample(scheme, u, opts)
-			if err != nil {
-				return nil, nil, "", fmt.Errorf("%s: %w", rel, err)
+			var obj interface{ SetNamespace(string) }
+			switch u.GetKind() {
+			case "Secret":
+				s := &corev1.Secret{}
+				secrets[u.GetName()], obj = s, s
+			case "WebhookEndpoint":
+				obj = &v1alpha1.WebhookEndpoint{}
+			default:
+				continue
 			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+				return nil, nil, "", fmt.Errorf("%s: convert %s %s: %w", rel, u.GetKind(), u.GetName(), err)
+			}
+			Rewire(obj, databaseURL, sinkURL)
 			obj.SetNamespace(SampleNamespace)
-			switch o := obj.(type) {
-			case *corev1.Secret:
-				secrets[o.Name] = o
-			case *v1alpha1.WebhookEndpoint:
-				if o.Spec.Provider.Type == v1alpha1.ProviderStripe {
-					we = o
-				}
+			if e, ok := obj.(*v1alpha1.WebhookEndpoint); ok && e.Spec.Provider.Type == v1alpha1.ProviderStripe {
+				we = e
 			}
 		}
 	}
@@ -181,13 +181,19 @@ func localSample(repoRoot, databaseURL, sinkURL string) (*v1alpha1.WebhookEndpoi
 	return we, getenv, getenv(config.EnvSigningSecretPrefix + "0"), nil
 }
 
-// loopbackAddr is a free 127.0.0.1 address for a listener started right after.
+// loopbackAddr is a 127.0.0.1 address that was free a moment ago, for a listener
+// started right after.
 func loopbackAddr(ctx context.Context) (string, error) {
-	port, err := freePort(ctx)
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find a free port: %w", err)
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		return "", fmt.Errorf("release probe port: %w", err)
+	}
+	return addr, nil
 }
 
 // waitReceiverReady polls the receiver's /readyz until it answers 200, the receiver
