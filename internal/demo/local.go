@@ -169,7 +169,7 @@ func localSample(repoRoot, databaseURL, sinkURL string) (*v1alpha1.WebhookEndpoi
 		if v, ok := s.Data[key]; ok {
 			return string(v), nil
 		}
-		return "", fmt.Errorf("Secret %q has no key %q", name, key)
+		return "", fmt.Errorf("the sample Secret %q has no key %q", name, key)
 	}
 	getenv, err := config.EnvFromSecrets(we, lookup, nil, time.Now())
 	if err != nil {

@@ -186,7 +186,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 					work <- r
 				}
 				// A full batch means more may be due right away (a probe is never full).
-				due = len(rows) == limit && !(len(rows) == 1 && rows[0].probe)
+				due = len(rows) == limit && (len(rows) != 1 || !rows[0].probe)
 			}
 			if !due {
 				resetTimer(poll, d.opts.PollInterval)
