@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -78,11 +78,11 @@ func RunLocal(ctx context.Context, opts LocalOptions) (err error) {
 	}
 	fmt.Fprintf(out, "schema %q at version %d\n", ep.Spec.Database.Schema, version)
 
-	webhookAddr, err := loopbackAddr(ctx)
+	webhookAddr, err := loopback.FreeAddr(ctx)
 	if err != nil {
 		return err
 	}
-	adminAddr, err := loopbackAddr(ctx)
+	adminAddr, err := loopback.FreeAddr(ctx)
 	if err != nil {
 		return err
 	}
@@ -179,21 +179,6 @@ func localSample(repoRoot, databaseURL, sinkURL string) (*v1alpha1.WebhookEndpoi
 		return nil, nil, "", errors.New("the Stripe sample has no signing secret")
 	}
 	return we, getenv, getenv(config.EnvSigningSecretPrefix + "0"), nil
-}
-
-// loopbackAddr is a 127.0.0.1 address that was free a moment ago, for a listener
-// started right after.
-func loopbackAddr(ctx context.Context) (string, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("release probe port: %w", err)
-	}
-	return addr, nil
 }
 
 // waitReceiverReady polls the receiver's /readyz until it answers 200, the receiver

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 )
 
 // ClusterOptions configures a Cluster.
@@ -179,7 +180,7 @@ func (c *Cluster) openLog(name string) (*os.File, error) {
 // startChild starts a component with its own secure port on a free loopback port and
 // waits until its /healthz answers ok.
 func (c *Cluster) startChild(ctx context.Context, name, path string, args []string) error {
-	port, err := freePort(ctx)
+	port, err := loopback.FreePort(ctx)
 	if err != nil {
 		return err
 	}
@@ -239,20 +240,6 @@ func waitHealthy(ctx context.Context, proc *process, url string, timeout time.Du
 		case <-ticker.C:
 		}
 	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(ctx context.Context) (int, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("release probe port: %w", err)
-	}
-	return port, nil
 }
 
 // Config returns the admin REST config.

@@ -1,20 +1,19 @@
 package testsupport
 
 import (
-	"net"
+	"context"
 	"testing"
+
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 )
 
 // FreeAddr returns a 127.0.0.1 address with a port nothing listens on now, for a
-// subprocess that must be told its address before it starts.
+// subprocess that must be told its address before it starts; the test fails if none
+// can be found.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr(context.Background())
 	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
 		tb.Fatal(err)
 	}
 	return addr

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -199,17 +198,4 @@ func (p *Process) Stop() {
 		_ = p.cmd.Process.Kill()
 		p.exitErr = <-p.exited
 	}
-}
-
-// freeAddr returns a loopback address with a port nobody listens on right now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("release port: %w", err)
-	}
-	return addr, nil
 }

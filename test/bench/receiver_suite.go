@@ -21,6 +21,7 @@ import (
 
 	hookv1 "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -72,7 +73,7 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 
 	var addrs [3]string
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = loopback.FreeAddr(context.Background()); err != nil {
 			return nil, err
 		}
 	}
