@@ -42,13 +42,10 @@ the reason and how many.
 by outbox id. --dry-run lists the selected rows and changes nothing. A discarded row is
 not selected again, so a second run discards nothing. Times are RFC 3339 or a duration
 before now ("24h").`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: onEndpoint(func(ctx context.Context, name string, stdout, stderr io.Writer) error {
-			return runDiscard(ctx, f, name, stdout, stderr)
-		}),
 	}
-	fl := cmd.Flags()
-	addEndpointFlags(fl, &f.endpointFlags)
+	fl := endpointCommand(cmd, &f.endpointFlags, func(ctx context.Context, name string, stdout, stderr io.Writer) error {
+		return runDiscard(ctx, f, name, stdout, stderr)
+	})
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "discard dead-lettered outbox rows (required: what is discarded)")
 	fl.StringVar(&f.reason, "reason", "", "why these dead letters will not be delivered; recorded (required)")
 	fl.StringVar(&f.actor, "actor", "", "who decides, recorded with the reason (default: the OS user)")

@@ -100,13 +100,10 @@ provider block has one); given NAME, it reads them from the Secrets.
 
 Both are idempotent: a re-driven or applied row is no longer selected. --dry-run lists the
 selected rows and changes nothing. Times are RFC 3339 or a duration before now ("24h").`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: onEndpoint(func(ctx context.Context, name string, stdout, stderr io.Writer) error {
-			return runReplay(ctx, f, name, stdout, stderr)
-		}),
 	}
-	fl := cmd.Flags()
-	addEndpointFlags(fl, &f.endpointFlags)
+	fl := endpointCommand(cmd, &f.endpointFlags, func(ctx context.Context, name string, stdout, stderr io.Writer) error {
+		return runReplay(ctx, f, name, stdout, stderr)
+	})
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "re-drive dead-lettered outbox rows")
 	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts that did not apply (see --outcome)")
 	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired (default unmatched,guard_failed,guard_error)")
@@ -176,10 +173,13 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	return err
 }
 
-// onEndpoint runs a command on the endpoint NAME (its optional argument, "" without
-// it) until SIGTERM or an interrupt.
-func onEndpoint(run func(ctx context.Context, name string, stdout, stderr io.Writer) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
+// endpointCommand makes cmd one that works on one endpoint (replay, discard): at most one
+// argument, NAME, the endpoint flags registered on it, and run called with NAME ("" when
+// absent) under a context that SIGTERM or an interrupt cancels. It returns cmd's flags
+// for the command's own.
+func endpointCommand(cmd *cobra.Command, f *endpointFlags, run func(ctx context.Context, name string, stdout, stderr io.Writer) error) *pflag.FlagSet {
+	cmd.Args = cobra.MaximumNArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		name := ""
@@ -188,6 +188,9 @@ func onEndpoint(run func(ctx context.Context, name string, stdout, stderr io.Wri
 		}
 		return run(ctx, name, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
+	fl := cmd.Flags()
+	addEndpointFlags(fl, f)
+	return fl
 }
 
 // check refuses a NAME given with --endpoint, and cluster flags without NAME.
