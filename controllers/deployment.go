@@ -53,7 +53,7 @@ func (r *WebhookEndpointReconciler) reconcileDeployment(ctx context.Context, st 
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, applied); err != nil {
 		return fmt.Errorf("read applied Deployment %s: %w", desired.Name, err)
 	}
-	r.receiverAvailability(st, applied)
+	r.receiverAvailability(ctx, st, applied)
 	return nil
 }
 
@@ -86,8 +86,9 @@ func envValue(d *appsv1.Deployment, name string) string {
 }
 
 // receiverAvailability sets ReceiverAvailable from the Deployment's status: the current
-// template is rolled out to every replica and the Deployment reports Available.
-func (r *WebhookEndpointReconciler) receiverAvailability(st *state, d *appsv1.Deployment) {
+// template is rolled out to every replica and the Deployment reports Available. When
+// replicas are unavailable, the pods say why (receiverPodsCause).
+func (r *WebhookEndpointReconciler) receiverAvailability(ctx context.Context, st *state, d *appsv1.Deployment) {
 	want := int32(1)
 	if d.Spec.Replicas != nil {
 		want = *d.Spec.Replicas
@@ -104,9 +105,13 @@ func (r *WebhookEndpointReconciler) receiverAvailability(st *state, d *appsv1.De
 		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
 			fmt.Sprintf("Deployment %s is rolling out: %d of %d replicas updated", d.Name, s.UpdatedReplicas, want))
 	case !available || s.AvailableReplicas < want:
-		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonUnavailable,
-			fmt.Sprintf("Deployment %s has %d of %d replicas available; check the receiver pods' readiness (/readyz needs the database)",
-				d.Name, s.AvailableReplicas, want))
+		reason, msg := ReasonUnavailable, fmt.Sprintf("Deployment %s has %d of %d replicas available", d.Name, s.AvailableReplicas, want)
+		if podReason, cause := r.receiverPodsCause(ctx, d); podReason != "" {
+			reason, msg = podReason, msg+": "+cause
+		} else {
+			msg += "; check the receiver pods' readiness (/readyz needs the database)"
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, reason, msg)
 	default:
 		if st.transitioned(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable) {
 			r.event(st.ep, corev1.EventTypeNormal, EventReceiverAvailable, "Rollout",

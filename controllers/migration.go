@@ -205,12 +205,9 @@ func (r *WebhookEndpointReconciler) terminationMessage(ctx context.Context, job 
 	if last == nil {
 		return ""
 	}
-	message := strings.Join(strings.Fields(last.Message), " ")
+	message := oneLine(last.Message)
 	if message == "" {
 		return fmt.Sprintf("container exited with code %d (%s) and left no termination message; see the pod's log", last.ExitCode, last.Reason)
-	}
-	if len(message) > maxTerminationMessage {
-		message = message[:maxTerminationMessage] + "..."
 	}
 	return message
 }

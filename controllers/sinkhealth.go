@@ -118,6 +118,3 @@ func roundAge(d time.Duration) string {
 	}
 	return strings.TrimSuffix(d.Truncate(time.Minute).String(), "0s")
 }
-
-// oneLine joins a multi-line error into one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

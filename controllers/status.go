@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -43,6 +44,16 @@ const (
 	ReasonSinkDown         = "SinkDown"
 	ReasonSinkStateUnknown = "SinkStateUnknown"
 )
+
+// oneLine folds a message (an error, a pod's termination or scheduling message) onto one
+// line and bounds it at maxTerminationMessage, for a condition or an Event.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxTerminationMessage {
+		s = s[:maxTerminationMessage] + "..."
+	}
+	return s
+}
 
 // maxConditionMessage is below metav1.Condition's 32768-byte limit.
 const maxConditionMessage = 32000

@@ -25,15 +25,8 @@ func Migrate() *cobra.Command {
 			config.EnvDatabaseURL + ",\nunder a PostgreSQL advisory lock, and prints the version reached. " +
 			"The operator's migration Job runs it.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+		RunE: reportingFailure(&terminationPath, func(cmd *cobra.Command) error {
 			url := os.Getenv(config.EnvDatabaseURL)
-			// Why it failed goes where Kubernetes shows it, the container's
-			// terminated state, not only in the log.
-			defer func() {
-				if err != nil {
-					writeTerminationMessage(terminationPath, err, url)
-				}
-			}()
 			we, err := config.ReadManifest(endpointFile, os.Getenv)
 			if err != nil {
 				return err
@@ -50,12 +43,10 @@ func Migrate() *cobra.Command {
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "schema %s of endpoint %s/%s is at version %d\n", schema, we.Namespace, we.Name, v)
 			return err
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&endpointFile, "endpoint", "", "WebhookEndpoint manifest (YAML or JSON); default: the "+config.EnvEndpoint+" variable")
-	cmd.Flags().StringVar(&terminationPath, "termination-message-path", os.Getenv(EnvTerminationMessagePath),
-		"on failure, write the error (one line, credentials removed) to this file; default: the "+
-			EnvTerminationMessagePath+" variable, else "+defaultTerminationMessagePath+" if it exists (as in a pod)")
+	addTerminationFlag(cmd.Flags(), &terminationPath)
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long (waiting for the migration lock included)")
 	return cmd
 }

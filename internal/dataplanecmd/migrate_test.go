@@ -7,41 +7,50 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// TestMigrateWritesTerminationMessage: a migration that cannot reach its database
-// leaves why in the termination-message file, one line, without the password or the URL.
-func TestMigrateWritesTerminationMessage(t *testing.T) {
+// TestCommandsWriteTerminationMessage: a migration or a receiver that cannot reach its
+// database leaves why in the termination-message file, one line, without the password
+// or the URL, where the pod's terminated state shows it.
+func TestCommandsWriteTerminationMessage(t *testing.T) {
 	manifest := testsupport.StripeEndpointFile(t, "http://127.0.0.1:9/")
 	const password = "s3cret-Pw-4711"
 	dbURL := "postgres://hk:" + password + "@" + testsupport.FreeAddr(t) + "/app?sslmode=disable&connect_timeout=5"
+	migrate := func() *cobra.Command { return Migrate() }
+	receiver := func() *cobra.Command { return Receiver() }
 	for name, tc := range map[string]struct {
+		command   func() *cobra.Command
 		url, want string
 		flag      bool
 	}{
-		"closed port, path from the environment": {dbURL, "connect to the database: ", false},
-		"closed port, path from the flag":        {dbURL, "connection refused", true},
-		"no database URL":                        {"", config.EnvDatabaseURL + " is not set", false},
+		"migrate, closed port, path from the environment":  {migrate, dbURL, "connect to the database: ", false},
+		"migrate, closed port, path from the flag":         {migrate, dbURL, "connection refused", true},
+		"migrate, no database URL":                         {migrate, "", config.EnvDatabaseURL + " is not set", false},
+		"receiver, closed port, path from the environment": {receiver, dbURL, "open database: ", false},
+		"receiver, no database URL":                        {receiver, "", config.EnvDatabaseURL + " is not set", true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "termination-log")
 			t.Setenv(config.EnvDatabaseURL, tc.url)
-			args := []string{"--endpoint", manifest, "--timeout", "20s"}
+			t.Setenv(config.EnvSigningSecretPrefix+"0", "whsec_termination_test")
+			args := []string{"--endpoint", manifest}
 			if tc.flag {
 				t.Setenv(EnvTerminationMessagePath, "")
 				args = append(args, "--termination-message-path", path)
 			} else {
 				t.Setenv(EnvTerminationMessagePath, path)
 			}
-			cmd := Migrate()
+			cmd := tc.command()
 			cmd.SetArgs(args)
 			cmd.SetOut(new(strings.Builder))
 			cmd.SetErr(new(strings.Builder))
 			err := cmd.Execute()
 			if err == nil {
-				t.Fatal("migrate succeeded without a database")
+				t.Fatalf("%s succeeded without a database", cmd.Name())
 			}
 			b, readErr := os.ReadFile(path)
 			if readErr != nil {

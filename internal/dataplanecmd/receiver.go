@@ -38,6 +38,8 @@ type receiverFlags struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	cpuProfile      string
+	// terminationPath is where a failed run writes why (addTerminationFlag).
+	terminationPath string
 	// Group commit (receipt.GroupCommit); zero means the default.
 	groupMaxEvents    int
 	groupTransactions int
@@ -73,11 +75,12 @@ $` + config.EnvDatabaseURL + ` and $` + config.EnvSigningSecretPrefix + `<index>
 in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.Itoa(config.WebhookPort) +
 			`, /metrics, /healthz and /readyz on port ` + strconv.Itoa(config.AdminPort) + `.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: reportingFailure(&f.terminationPath, func(cmd *cobra.Command) error {
 			return runReceiver(cmd.Context(), f)
-		},
+		}),
 	}
 	fl := cmd.Flags()
+	addTerminationFlag(fl, &f.terminationPath)
 	fl.StringVar(&f.endpointFile, "endpoint", "", "WebhookEndpoint manifest file (default: $"+config.EnvEndpoint+")")
 	fl.StringVar(&f.listenAddress, "listen-address", "", "webhook listen address host:port (default: $"+config.EnvPodIP+":"+strconv.Itoa(config.WebhookPort)+")")
 	fl.StringVar(&f.adminAddress, "admin-address", "", "admin listen address host:port (default: $"+config.EnvPodIP+":"+strconv.Itoa(config.AdminPort)+")")

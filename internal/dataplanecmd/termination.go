@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 )
@@ -70,4 +72,23 @@ func writeTerminationMessage(path string, err error, databaseURL string) {
 	}
 	_, _ = f.WriteString(terminationMessage(err, databaseURL))
 	_ = f.Close()
+}
+
+// addTerminationFlag registers --termination-message-path, where a failed run writes why.
+func addTerminationFlag(fl *pflag.FlagSet, path *string) {
+	fl.StringVar(path, "termination-message-path", os.Getenv(EnvTerminationMessagePath),
+		"on failure, write the error (one line, credentials removed) to this file; default: the "+
+			EnvTerminationMessagePath+" variable, else "+defaultTerminationMessagePath+" if it exists (as in a pod)")
+}
+
+// reportingFailure wraps a command's run so that its error also goes where Kubernetes
+// shows it, the container's terminated state, not only in the log.
+func reportingFailure(path *string, run func(cmd *cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		err := run(cmd)
+		if err != nil {
+			writeTerminationMessage(*path, err, os.Getenv(config.EnvDatabaseURL))
+		}
+		return err
+	}
 }

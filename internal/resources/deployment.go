@@ -119,6 +119,10 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 						Args: []string{"receiver",
 							"--drain-delay=" + ReceiverDrainDelay.String(),
 							"--shutdown-timeout=" + receiverShutdownTimeout.String()},
+						// A receiver that fails to start writes why (credentials removed)
+						// to its termination message, which the operator reads into
+						// ReceiverAvailable=False CrashLooping; the log's tail otherwise.
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						Ports: []corev1.ContainerPort{
 							{Name: PortNameHTTP, ContainerPort: config.WebhookPort, Protocol: corev1.ProtocolTCP},
 							{Name: PortNameMetrics, ContainerPort: config.AdminPort, Protocol: corev1.ProtocolTCP},

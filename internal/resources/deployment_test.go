@@ -90,6 +90,9 @@ func TestDeployment(t *testing.T) {
 				strings.Join(c.Args, " ") != "receiver --drain-delay=5s --shutdown-timeout=20s" {
 				t.Errorf("image %q command %v args %v", c.Image, c.Command, c.Args)
 			}
+			if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+				t.Errorf("terminationMessagePolicy = %q: a receiver that fails to start would leave no cause in its pod's status", c.TerminationMessagePolicy)
+			}
 			// Drain and in-flight shutdown must end before the kubelet's SIGKILL.
 			if grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; grace < 5+20 {
 				t.Errorf("terminationGracePeriodSeconds %d is shorter than drain (5s) + shutdown (20s)", grace)
