@@ -96,11 +96,16 @@ func RunLocal(ctx context.Context, opts LocalOptions) (err error) {
 			GroupCommit:     receipt.DefaultGroupCommit,
 			WebhookAddr:     webhookAddr,
 			AdminAddr:       adminAddr,
-			ShutdownTimeout: 5 * time.Second,
+			ShutdownTimeout: 10 * time.Second,
 			Log:             opts.Log.WithName("receiver"),
 		})
 	}()
 	defer func() {
+		// The client's idle connections include ones it dialled for the burst of copies
+		// and never used: the server counts such a connection as in flight for five
+		// seconds and its shutdown would wait for it. Closing them first lets the
+		// receiver stop at once.
+		demoClient.CloseIdleConnections()
 		stopServing()
 		if serveErr := <-served; serveErr != nil && err == nil {
 			err = fmt.Errorf("receiver: %w", serveErr)
