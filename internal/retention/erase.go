@@ -27,11 +27,11 @@ type Erasure struct {
 	DryRun bool
 }
 
-// Check says what is missing from e.
+// Check says what is missing from the request (the endpoint is the caller's).
 func (e Erasure) Check() error {
 	var errs []error
 	for _, f := range []struct{ name, v string }{
-		{"endpoint", e.Endpoint}, {"entity key", e.EntityKey}, {"actor", e.Actor}, {"reason", e.Reason},
+		{"entity key", e.EntityKey}, {"actor", e.Actor}, {"reason", e.Reason},
 	} {
 		if f.v == "" {
 			errs = append(errs, fmt.Errorf("erasure: %s is empty", f.name))
@@ -61,6 +61,9 @@ type ErasureReport struct {
 // recorded again. Erasing reads the endpoint's receipts without an index on the entity:
 // it is an occasional, deliberate act.
 func Erase(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, e Erasure) (ErasureReport, error) {
+	if e.Endpoint == "" {
+		return ErasureReport{}, errors.New("erasure: endpoint is empty")
+	}
 	if err := e.Check(); err != nil {
 		return ErasureReport{}, err
 	}
