@@ -29,6 +29,7 @@ func init() {
 			OccurredAt: `body.created`,
 		},
 		Refetch: true,
+		Sample:  stripeSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Stripe-Signature: t=…,v1=…`",
 			Signed:    "`t` and the body",
@@ -36,5 +37,18 @@ func init() {
 			Key:       "`whsec_…` as shown, used whole",
 			Source:    "[Stripe](#stripe)",
 		},
+	})
+}
+
+// stripeSample is a PaymentIntent event; the entity key is the object's id and its
+// metadata.client_txn_id, the key the orders sample reads (an app's own order key in
+// the PaymentIntent's metadata, as the atomic receipt pattern carries it).
+func stripeSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"id": e.ID, "object": "event", "type": e.Type, "created": e.Time.Unix(), "livemode": false,
+		"data": map[string]any{"object": map[string]any{
+			"id": e.EntityKey, "object": "payment_intent",
+			"metadata": map[string]string{"client_txn_id": e.EntityKey},
+		}},
 	})
 }
