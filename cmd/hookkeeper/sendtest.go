@@ -23,6 +23,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -36,7 +37,7 @@ func init() { rootCmd.AddCommand(newSendTestCmd()) }
 // tests (order hookkeeper-test, whose test transition moves nothing and emits
 // order.test).
 const (
-	defaultTestEntity = "hookkeeper-test"
+	defaultTestEntity = demo.TestOrder
 	defaultTestType   = "hookkeeper.test"
 )
 

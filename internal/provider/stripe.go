@@ -40,15 +40,16 @@ func init() {
 	})
 }
 
-// stripeSample is a PaymentIntent event; the entity key is the object's id and its
-// metadata.client_txn_id, the key the orders sample reads (an app's own order key in
-// the PaymentIntent's metadata, as the atomic receipt pattern carries it).
+// stripeSample is a PaymentIntent event; the entity key is the object's id (the
+// preset) and, in its metadata, order_id and client_txn_id: an app's own order key
+// travels in the PaymentIntent's metadata, and those are the keys the quick start and
+// the orders sample read it from.
 func stripeSample(e SampleEvent) (Delivery, error) {
 	return jsonDelivery(map[string]any{
 		"id": e.ID, "object": "event", "type": e.Type, "created": e.Time.Unix(), "livemode": false,
 		"data": map[string]any{"object": map[string]any{
 			"id": e.EntityKey, "object": "payment_intent",
-			"metadata": map[string]string{"client_txn_id": e.EntityKey},
+			"metadata": map[string]string{"order_id": e.EntityKey, "client_txn_id": e.EntityKey},
 		}},
 	})
 }
