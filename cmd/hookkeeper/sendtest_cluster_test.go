@@ -220,4 +220,3 @@ func TestSendTestWrongSecret(t *testing.T) {
 		t.Errorf("the sink received %d deliveries", n)
 	}
 }
-
