@@ -99,6 +99,11 @@ bench: tools build image-test-archive ## Run the receiver, dispatcher and image 
 	HOOKKEEPER_BINARY=$(HOOKKEEPER) $(GO) run ./test/bench -hookkeeper $(BIN)/image-build/linux-amd64/hookkeeper-receiver \
 		-image-tool $(IMAGE_TOOL) -image-archive $(IMAGE_TEST_ARCHIVE)
 
+SOAK_DURATION ?= 30m
+.PHONY: soak
+soak: ## Drive a receiver for SOAK_DURATION (30m) with retention pruning, printing latency and table sizes per minute.
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./test/soak -run '^TestSoak$$' -count=1 -v -timeout 0
+
 ##@ Build
 
 .PHONY: build
