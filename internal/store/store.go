@@ -40,6 +40,8 @@ type Tables struct {
 	SinkState string
 	// DeadLetterDiscards records each deliberate discard of dead letters.
 	DeadLetterDiscards string
+	// ReplayRuns records each WebhookReplay's run, so it runs once.
+	ReplayRuns string
 }
 
 // TablesIn returns the table names inside schema.
@@ -54,6 +56,7 @@ func TablesIn(schema string) Tables {
 		EntityClocks:       q("entity_clocks"),
 		SinkState:          q("sink_state"),
 		DeadLetterDiscards: q("dead_letter_discards"),
+		ReplayRuns:         q("replay_runs"),
 	}
 }
 
