@@ -24,6 +24,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/replay"
+	"github.com/hookkeeper/hookkeeper/internal/retention"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -39,8 +40,6 @@ const (
 	// ReasonInvalidSpec: the spec selects nothing that can run; it is immutable, so a
 	// new WebhookReplay is the fix.
 	ReasonInvalidSpec = "InvalidSpec"
-	// ReasonNotImplemented: this operator version cannot run the action (Erase).
-	ReasonNotImplemented = "NotImplemented"
 	// ReasonSecretsUnresolved: a Secret key the endpoint references cannot be read.
 	ReasonSecretsUnresolved = "SecretsUnresolved"
 	// ReasonDatabaseUnreachable: the endpoint's database does not answer; retried with
@@ -149,7 +148,7 @@ func replayDone(wr *v1alpha1.WebhookReplay) bool {
 		return false
 	}
 	return c.Status == metav1.ConditionTrue ||
-		(c.Status == metav1.ConditionFalse && (c.Reason == ReasonInvalidSpec || c.Reason == ReasonNotImplemented))
+		(c.Status == metav1.ConditionFalse && c.Reason == ReasonInvalidSpec)
 }
 
 // replayState carries one reconcile of a WebhookReplay.
@@ -189,11 +188,6 @@ func (r *WebhookReplayReconciler) reconcile(ctx context.Context, rs *replayState
 	p.Logger = log.FromContext(ctx)
 	p.Options.BatchSize = r.BatchSize
 	if err := p.Check(replay.SpecNames); err != nil {
-		if errors.Is(err, replay.ErrEraseNotImplemented) {
-			r.stalled(rs, ReasonNotImplemented, "action Erase is not implemented by this operator version (it needs the retention package); "+
-				"nothing ran; delete this WebhookReplay, or upgrade the operator and create it again")
-			return ctrl.Result{}, nil
-		}
 		r.stalled(rs, ReasonInvalidSpec, fmt.Sprintf("%s; nothing ran; the spec is immutable: delete this WebhookReplay and create a corrected one", err))
 		return ctrl.Result{}, nil
 	}
@@ -325,15 +319,11 @@ func (r *WebhookReplayReconciler) run(ctx context.Context, rs *replayState, ep *
 		r.waiting(rs, ReasonRunInterrupted, fmt.Sprintf("%s; the run resumes with backoff, and re-selects only rows it has not changed yet", oneLine(err.Error())))
 		return ctrl.Result{}, errors.Join(err, recordErr)
 	}
-	outcomes := make(map[string]int64, len(report.Outcomes))
-	for k, v := range report.Outcomes {
-		outcomes[k] = int64(v)
+	selected, changed, outcomes := report.Counts()
+	if !fresh {
+		selected, changed = base+selected, base+changed
 	}
-	selected := base + int64(report.Selected)
-	if fresh {
-		selected = int64(report.Selected)
-	}
-	rec, err = replay.Finish(ctx, ep.Pool, ep.Tables, rec.UID, selected, base+int64(report.Replayed), outcomes)
+	rec, err = replay.Finish(ctx, ep.Pool, ep.Tables, rec.UID, selected, changed, outcomes)
 	if err != nil {
 		r.waiting(rs, ReasonDatabaseUnreachable, oneLine(err.Error()))
 		return ctrl.Result{}, err
@@ -349,15 +339,10 @@ func (r *WebhookReplayReconciler) finished(rs *replayState, rec *replay.RunRecor
 	st.CompletedAt = &metav1.Time{Time: *rec.FinishedAt}
 	st.Selected, st.Changed = rec.Selected, rec.Changed
 	st.Outcomes = nil
-	report := replay.Report{Endpoint: rec.Endpoint, Params: p}
-	report.Selected, report.Replayed = int(rec.Selected), int(rec.Changed)
 	if len(rec.Outcomes) > 0 {
 		st.Outcomes = rec.Outcomes
-		report.Outcomes = map[string]int{}
-		for k, v := range rec.Outcomes {
-			report.Outcomes[k] = int(v)
-		}
 	}
+	report := replay.ReportOf(rec, p)
 	msg := report.Summary()
 	if rec.Starts > 1 {
 		msg += fmt.Sprintf(" (in %d attempts)", rec.Starts)
@@ -475,6 +460,7 @@ func replayParams(spec *v1alpha1.WebhookReplaySpec, actor string) replay.Params 
 		Receipts:    spec.Receipts != nil,
 		Selection:   outbox.Selection{IDs: spec.IDs},
 		Discard:     outbox.Discard{Actor: actor, Reason: spec.Reason},
+		Erasure:     retention.Erasure{EntityKey: spec.EntityKey, Actor: actor, Reason: spec.Reason},
 		Options:     outbox.ReplayOptions{DryRun: spec.DryRun},
 	}
 	if spec.Since != nil {

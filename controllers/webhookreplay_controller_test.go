@@ -212,7 +212,7 @@ func TestWebhookReplayController(t *testing.T) {
 	t.Run("DiscardRecordsTheReason", e.testDiscard)
 	t.Run("DryRunChangesNothing", e.testDryRun)
 	t.Run("WaitsForTheEndpoint", e.testMissingEndpoint)
-	t.Run("EraseIsNotImplemented", e.testEraseNotImplemented)
+	t.Run("EraseRemovesTheEntitysPayloads", e.testErase)
 	t.Run("SpecIsImmutable", e.testImmutable)
 }
 
@@ -342,22 +342,30 @@ func (e *replayEnv) testMissingEndpoint(t *testing.T) {
 	g.Expect(e.outboxRow(t, id).Dead).To(BeFalse())
 }
 
-// Erase is refused until the retention package is part of the operator: Stalled,
-// NotImplemented, nothing recorded.
-func (e *replayEnv) testEraseNotImplemented(t *testing.T) {
+// Erase removes the entity's receipt payloads, keeps the dedupe record, and records
+// who and why in the endpoint's erasures table; the counts reach the status.
+func (e *replayEnv) testErase(t *testing.T) {
 	g := NewWithT(t)
 	e.endpoint(t, "erase")
-	wr := e.replay(t, "erase-order", v1alpha1.WebhookReplaySpec{
+	var receiptID int64
+	err := e.pool.QueryRow(e.ctx, `INSERT INTO `+e.tables.Events+` (endpoint, event_id, entity_key, payload, outcome)
+VALUES ($1, 'evt_alice', 'order-alice', '{"email":"alice@example.com"}', 'applied') RETURNING id`, e.ns+"/erase").Scan(&receiptID)
+	g.Expect(err).NotTo(HaveOccurred())
+	wr := e.replay(t, "erase-alice", v1alpha1.WebhookReplaySpec{
 		EndpointRef: v1alpha1.EndpointReference{Name: "erase"}, Action: v1alpha1.ReplayActionErase,
-		EntityKey: "order-1", Reason: "customer asked for erasure",
+		EntityKey: "order-alice", Reason: "erasure request 42",
 	})
-	cur := e.waitReplay(t, wr, v1alpha1.ConditionStalled, metav1.ConditionTrue, controllers.ReasonNotImplemented)
-	g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionSucceeded).Status).To(Equal(metav1.ConditionFalse))
-	var n int
-	g.Expect(e.pool.QueryRow(e.ctx, `SELECT count(*) FROM `+e.tables.ReplayRuns+` WHERE uid = $1`, string(wr.UID)).Scan(&n)).To(Succeed())
-	g.Expect(n).To(BeZero())
-	NewWithT(t).Eventually(func() int { return len(e.replayEvents(t, wr, controllers.EventReplayFailed)) }).
-		WithTimeout(timeout).WithPolling(poll).Should(Equal(1))
+	cur := e.waitReplay(t, wr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, controllers.ReasonReplaySucceeded)
+	g.Expect(cur.Status.Selected).To(Equal(int64(1)))
+	g.Expect(cur.Status.Changed).To(Equal(int64(1)))
+	g.Expect(cur.Status.Outcomes).To(HaveKeyWithValue("erasedReceipts", int64(1)))
+	g.Expect(cur.Status.Message).To(HavePrefix(`entity "order-alice" of ` + e.ns + `/erase: erased the payloads of 1 receipt(s)`))
+	var payloadGone bool
+	g.Expect(e.pool.QueryRow(e.ctx, `SELECT payload IS NULL FROM `+e.tables.Events+` WHERE id = $1`, receiptID).Scan(&payloadGone)).To(Succeed())
+	g.Expect(payloadGone).To(BeTrue())
+	var actor, reason string
+	g.Expect(e.pool.QueryRow(e.ctx, `SELECT actor, reason FROM `+e.tables.Erasures+` WHERE endpoint = $1`, e.ns+"/erase").Scan(&actor, &reason)).To(Succeed())
+	g.Expect([]string{actor, reason}).To(Equal([]string{cur.Status.Actor, "erasure request 42"}))
 }
 
 // The API server refuses any change of the spec.

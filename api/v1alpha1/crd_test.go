@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,13 +129,23 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 		{"parkFor over a year", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.StateMachine.ParkFor = &metav1.Duration{Duration: 9000 * time.Hour}
 		}, []string{"parkFor must be between 0s and 8760h"}},
+		{"retention shorter than an hour", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Retention.PayloadFor = &metav1.Duration{Duration: time.Minute}
+		}, []string{"retention.payloadFor", "must be 0s (forever) or between 1h and 87600h"}},
+		{"a dedupe record that goes before its payload", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Retention.PayloadFor = &metav1.Duration{Duration: 48 * time.Hour}
+			w.Spec.Retention.DedupeFor = &metav1.Duration{Duration: 24 * time.Hour}
+		}, []string{"retention.dedupeFor must be 0s (forever) or at least retention.payloadFor"}},
+		{"payloads kept forever, dedupe records not", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Retention.PayloadFor = &metav1.Duration{}
+		}, []string{"retention.dedupeFor must be 0s (forever) or at least retention.payloadFor"}},
 		{"unknown provider", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Type = "PayPal"
 		}, []string{"Unsupported value", "PayPal"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := validEndpoint("invalid-" + string(rune('a'+i)))
+			w := validEndpoint(fmt.Sprintf("invalid-%d", i))
 			tc.mutate(w)
 			err := c.Create(ctx, w)
 			if err == nil {

@@ -40,6 +40,9 @@ const (
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultMaxInFlight       = 64
 	DefaultDatabasePort      = 5432
+	DefaultPayloadFor        = 720 * time.Hour
+	DefaultDedupeFor         = 9600 * time.Hour
+	DefaultDeliveredFor      = 168 * time.Hour
 	// DefaultEnabled is the default of monitoring.*.enabled and networkPolicy.enabled.
 	DefaultEnabled = true
 	// DefaultReplayAction is a WebhookReplay's spec.action.
@@ -53,6 +56,10 @@ const (
 	MinSigningSecrets = 1
 	MaxSigningSecrets = 4
 	MaxParkFor        = 8760 * time.Hour
+	// MinRetention and MaxRetention bound each spec.retention duration other than 0s
+	// (which keeps that data forever).
+	MinRetention = time.Hour
+	MaxRetention = 87600 * time.Hour
 	// SchemaPattern is spec.database.schema's pattern: a PostgreSQL identifier that
 	// needs no quoting.
 	SchemaPattern = `^[a-z_][a-z0-9_]{0,62}$`
@@ -136,6 +143,10 @@ func (s *WebhookEndpointSpec) Default() {
 	if eg := s.NetworkPolicy.Egress; eg != nil {
 		valueDefault(&eg.DatabasePort, DefaultDatabasePort)
 	}
+
+	durationDefault(&s.Retention.PayloadFor, DefaultPayloadFor)
+	durationDefault(&s.Retention.DedupeFor, DefaultDedupeFor)
+	durationDefault(&s.Retention.DeliveredFor, DefaultDeliveredFor)
 }
 
 // Default fills the empty fields of a WebhookReplay's spec that have CRD defaults.

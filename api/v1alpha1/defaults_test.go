@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -156,17 +157,25 @@ func TestLimitsMatchTheCRD(t *testing.T) {
 		}
 	}
 
-	// parkFor's range is a CEL rule; its upper bound must be the constant.
-	rules, _ := field("stateMachine.parkFor")["x-kubernetes-validations"].([]any)
-	wantRule := fmt.Sprintf("duration(self) <= duration('%s')", strings.TrimSuffix(v1alpha1.MaxParkFor.String(), "0m0s"))
-	found := false
-	for _, r := range rules {
-		if rule, _ := r.(map[string]any)["rule"].(string); strings.Contains(rule, wantRule) {
-			found = true
-		}
+	// Duration ranges are CEL rules; their bounds must be the constants.
+	hours := func(d time.Duration) string { return strings.TrimSuffix(d.String(), "0m0s") }
+	celRules := []struct{ field, want string }{
+		{"stateMachine.parkFor", fmt.Sprintf("duration(self) <= duration('%s')", hours(v1alpha1.MaxParkFor))},
+		{"retention.payloadFor", fmt.Sprintf("duration(self) >= duration('%s') && duration(self) <= duration('%s')", hours(v1alpha1.MinRetention), hours(v1alpha1.MaxRetention))},
+		{"retention.dedupeFor", fmt.Sprintf("duration(self) >= duration('%s') && duration(self) <= duration('%s')", hours(v1alpha1.MinRetention), hours(v1alpha1.MaxRetention))},
+		{"retention.deliveredFor", fmt.Sprintf("duration(self) >= duration('%s') && duration(self) <= duration('%s')", hours(v1alpha1.MinRetention), hours(v1alpha1.MaxRetention))},
 	}
-	if !found {
-		t.Errorf("spec.stateMachine.parkFor: no CEL rule contains %q (MaxParkFor %s): %v", wantRule, v1alpha1.MaxParkFor, rules)
+	for _, c := range celRules {
+		rules, _ := field(c.field)["x-kubernetes-validations"].([]any)
+		found := false
+		for _, r := range rules {
+			if rule, _ := r.(map[string]any)["rule"].(string); strings.Contains(rule, c.want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("spec.%s: no CEL rule contains %q: %v", c.field, c.want, rules)
+		}
 	}
 }
 

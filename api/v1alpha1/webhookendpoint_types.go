@@ -802,6 +802,40 @@ type WebhookEndpointSpec struct {
 	// +kubebuilder:default={enabled: true}
 	// +optional
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+	// retention bounds how long payloads, dedupe records and delivered outbox rows are
+	// kept. Parked events and undelivered outbox rows are never pruned.
+	// +kubebuilder:default={payloadFor: "720h", dedupeFor: "9600h", deliveredFor: "168h"}
+	// +optional
+	Retention RetentionSpec `json:"retention,omitempty"`
+}
+
+// RetentionSpec says how long the receivers keep what they store; each receiver pod
+// prunes in small batches (one replica at a time), so receiving is not slowed. "0s"
+// keeps that kind of data forever.
+// +kubebuilder:validation:XValidation:rule="!has(self.payloadFor) || !has(self.dedupeFor) || duration(self.dedupeFor) == duration('0s') || (duration(self.payloadFor) != duration('0s') && duration(self.dedupeFor) >= duration(self.payloadFor))",message="retention.dedupeFor must be 0s (forever) or at least retention.payloadFor: a receipt's dedupe record must outlive its payload"
+type RetentionSpec struct {
+	// payloadFor keeps each receipt's payload and headers this long after it was
+	// received; then they are removed and the dedupe record stays, so a late redelivery
+	// is still a duplicate. A receipt replay can only re-run receipts that still have
+	// their payload.
+	// +kubebuilder:default="720h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('1h') && duration(self) <= duration('87600h'))",message="retention durations must be 0s (forever) or between 1h and 87600h (ten years)"
+	// +optional
+	PayloadFor *metav1.Duration `json:"payloadFor,omitempty"`
+	// dedupeFor keeps each receipt's dedupe record (event id, type, entity key,
+	// outcome and times) this long after it was received. A provider that signs no
+	// timestamp (Adyen, GitHub, Shopify, ...) can redeliver an old event at any time:
+	// only a redelivery later than dedupeFor would be recorded again.
+	// +kubebuilder:default="9600h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('1h') && duration(self) <= duration('87600h'))",message="retention durations must be 0s (forever) or between 1h and 87600h (ten years)"
+	// +optional
+	DedupeFor *metav1.Duration `json:"dedupeFor,omitempty"`
+	// deliveredFor keeps an outbox row this long after the sink acknowledged it.
+	// Pending, dead-lettered and discarded rows are never pruned.
+	// +kubebuilder:default="168h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('1h') && duration(self) <= duration('87600h'))",message="retention durations must be 0s (forever) or between 1h and 87600h (ten years)"
+	// +optional
+	DeliveredFor *metav1.Duration `json:"deliveredFor,omitempty"`
 }
 
 // Condition types of a WebhookEndpoint.

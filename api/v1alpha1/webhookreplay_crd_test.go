@@ -63,6 +63,10 @@ func TestCRDRejectsInvalidReplays(t *testing.T) {
 		{"erase with dead letters", func(w *v1alpha1.WebhookReplay) {
 			w.Spec.Action, w.Spec.Reason, w.Spec.EntityKey = v1alpha1.ReplayActionErase, "gdpr", "order-1"
 		}, []string{"action Erase selects by entityKey"}},
+		{"erase since a time", func(w *v1alpha1.WebhookReplay) {
+			w.Spec.Action, w.Spec.Reason, w.Spec.EntityKey, w.Spec.DeadLetters = v1alpha1.ReplayActionErase, "gdpr", "order-1", false
+			w.Spec.Since = &earlier
+		}, []string{"since and until do not apply"}},
 		{"an entity key with Replay", func(w *v1alpha1.WebhookReplay) { w.Spec.EntityKey = "order-1" },
 			[]string{"entityKey is required with action Erase, and applies only to it"}},
 		{"since after until", func(w *v1alpha1.WebhookReplay) { w.Spec.Since, w.Spec.Until = &hour, &earlier },

@@ -47,7 +47,7 @@ type ReceiptSelection struct {
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a WebhookReplay runs once; create a new WebhookReplay to run again"
 // +kubebuilder:validation:XValidation:rule="self.action != 'Replay' || (has(self.deadLetters) && self.deadLetters) != has(self.receipts)",message="action Replay selects either deadLetters: true or receipts, exactly one"
 // +kubebuilder:validation:XValidation:rule="self.action != 'Discard' || ((has(self.deadLetters) && self.deadLetters) && !has(self.receipts))",message="action Discard works on dead letters: set deadLetters: true (and no receipts)"
-// +kubebuilder:validation:XValidation:rule="self.action != 'Erase' || (!(has(self.deadLetters) && self.deadLetters) && !has(self.receipts) && !has(self.ids))",message="action Erase selects by entityKey: deadLetters, receipts and ids do not apply"
+// +kubebuilder:validation:XValidation:rule="self.action != 'Erase' || (!(has(self.deadLetters) && self.deadLetters) && !has(self.receipts) && !has(self.ids) && !has(self.since) && !has(self.until))",message="action Erase selects by entityKey: deadLetters, receipts, ids, since and until do not apply"
 // +kubebuilder:validation:XValidation:rule="(self.action == 'Erase') == has(self.entityKey)",message="entityKey is required with action Erase, and applies only to it"
 // +kubebuilder:validation:XValidation:rule="self.action == 'Replay' || (has(self.reason) && self.reason.trim().size() > 0)",message="reason is required with actions Discard and Erase: it is recorded with who ran it"
 // +kubebuilder:validation:XValidation:rule="!has(self.since) || !has(self.until) || timestamp(self.since) < timestamp(self.until)",message="since must be before until"
@@ -125,7 +125,9 @@ type WebhookReplayStatus struct {
 	// changed rows were re-driven, re-run, discarded or erased (zero in a dry run).
 	// +optional
 	Changed int64 `json:"changed,omitempty"`
-	// outcomes counts the re-run receipts' outcomes afterwards (receipts only).
+	// outcomes counts the re-run receipts' outcomes afterwards (receipts); for Erase,
+	// erasedReceipts, erasedDeliveries, keptParked, keptUndelivered and erasure (the id
+	// of its record in the endpoint's erasures table).
 	// +optional
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
 	// message says what happened, or what the run waits for.

@@ -30,6 +30,15 @@ type kubeFlags struct {
 // set holds variables given on the command line (--database-url): their Secrets are
 // not read.
 func fromCluster(ctx context.Context, kf kubeFlags, name string, set map[string]string) (*v1alpha1.WebhookEndpoint, func(string) string, error) {
+	c, ns, err := kubeClient(kf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return readEndpoint(ctx, c, ns, name, set)
+}
+
+// kubeClient connects to the cluster kf selects and returns the namespace it selects.
+func kubeClient(kf kubeFlags) (client.Client, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kf.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kf.context})
@@ -37,26 +46,30 @@ func fromCluster(ctx context.Context, kf kubeFlags, name string, set map[string]
 	if ns == "" {
 		var err error
 		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, nil, fmt.Errorf("load kubeconfig: %w", err)
+			return nil, "", fmt.Errorf("load kubeconfig: %w", err)
 		}
 	}
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("load kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.Timeout = 30 * time.Second
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the cluster at %s: %w", cfg.Host, err)
+		return nil, "", fmt.Errorf("connect to the cluster at %s: %w", cfg.Host, err)
 	}
+	return c, ns, nil
+}
 
+// readEndpoint is fromCluster with a client.
+func readEndpoint(ctx context.Context, c client.Client, ns, name string, set map[string]string) (*v1alpha1.WebhookEndpoint, func(string) string, error) {
 	we := &v1alpha1.WebhookEndpoint{}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, we); err != nil {
 		return nil, nil, getError(err, "webhookendpoints.hookkeeper.dev", ns, name)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
@@ -270,6 +271,7 @@ func compileSpec(spec *v1alpha1.WebhookEndpointSpec) (*Extractor, *statemachine.
 	add(validateDelivery(spec))
 	add(validateReceiver(spec))
 	add(validateExposure(spec))
+	add(validateRetention(spec))
 	if len(problems) > 0 {
 		return nil, nil, &ValidationError{Problems: problems}
 	}
@@ -417,6 +419,23 @@ func validateReceiver(spec *v1alpha1.WebhookEndpointSpec) error {
 	}
 	if r.Replicas != nil && *r.Replicas < 0 {
 		errs = append(errs, expr.Errorf("spec.receiver.replicas", "must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func validateRetention(spec *v1alpha1.WebhookEndpointSpec) error {
+	var errs []error
+	r := spec.Retention
+	for _, f := range []struct {
+		field string
+		d     *metav1.Duration
+	}{{"payloadFor", r.PayloadFor}, {"dedupeFor", r.DedupeFor}, {"deliveredFor", r.DeliveredFor}} {
+		if d := f.d; d != nil && d.Duration != 0 && (d.Duration < v1alpha1.MinRetention || d.Duration > v1alpha1.MaxRetention) {
+			errs = append(errs, expr.Errorf("spec.retention."+f.field, "must be 0s (forever) or between %s and %s, got %s", v1alpha1.MinRetention, v1alpha1.MaxRetention, d.Duration))
+		}
+	}
+	if p, d := r.PayloadFor, r.DedupeFor; p != nil && d != nil && d.Duration != 0 && (p.Duration == 0 || d.Duration < p.Duration) {
+		errs = append(errs, expr.Errorf("spec.retention.dedupeFor", "must be 0s (forever) or at least retention.payloadFor (%s): a receipt's dedupe record must outlive its payload, got %s", p.Duration, d.Duration))
 	}
 	return errors.Join(errs...)
 }

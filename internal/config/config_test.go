@@ -249,6 +249,17 @@ func TestValidate(t *testing.T) {
 		{"backoff", func(we *v1alpha1.WebhookEndpoint) {
 			we.Spec.Delivery.Backoff.Max = &metav1.Duration{Duration: time.Millisecond}
 		}, "spec.delivery.backoff.max:"},
+		{"retention shorter than an hour", func(we *v1alpha1.WebhookEndpoint) {
+			we.Spec.Retention.DeliveredFor = &metav1.Duration{Duration: time.Minute}
+		}, "spec.retention.deliveredFor: must be 0s (forever) or between 1h0m0s and 87600h0m0s, got 1m0s"},
+		{"dedupe record outlived by its payload", func(we *v1alpha1.WebhookEndpoint) {
+			we.Spec.Retention.PayloadFor = &metav1.Duration{Duration: 48 * time.Hour}
+			we.Spec.Retention.DedupeFor = &metav1.Duration{Duration: 24 * time.Hour}
+		}, "spec.retention.dedupeFor: must be 0s (forever) or at least retention.payloadFor (48h0m0s)"},
+		{"payload kept forever, dedupe record not", func(we *v1alpha1.WebhookEndpoint) {
+			we.Spec.Retention.PayloadFor = &metav1.Duration{}
+			we.Spec.Retention.DedupeFor = &metav1.Duration{Duration: 24 * time.Hour}
+		}, "spec.retention.dedupeFor: must be 0s (forever) or at least retention.payloadFor (0s)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

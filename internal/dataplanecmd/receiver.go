@@ -25,19 +25,21 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/retention"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
 type receiverFlags struct {
-	endpointFile    string
-	listenAddress   string
-	adminAddress    string
-	dispatcher      bool
-	logLevel        string
-	drainDelay      time.Duration
-	shutdownTimeout time.Duration
-	cpuProfile      string
+	endpointFile      string
+	listenAddress     string
+	adminAddress      string
+	dispatcher        bool
+	logLevel          string
+	drainDelay        time.Duration
+	shutdownTimeout   time.Duration
+	cpuProfile        string
+	retentionInterval time.Duration
 	// terminationPath is where a failed run writes why (addTerminationFlag).
 	terminationPath string
 	// Group commit (receipt.GroupCommit); zero means the default.
@@ -92,6 +94,7 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
+	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
 	return cmd
 }
 
@@ -138,16 +141,17 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
 	}
 	return Serve(ctx, ServeOptions{
-		Endpoint:        ep,
-		Getenv:          os.Getenv,
-		Dispatcher:      f.dispatcher,
-		GroupCommit:     group,
-		WebhookAddr:     webhookAddr,
-		AdminAddr:       adminAddr,
-		MaxInFlight:     f.maxInFlight,
-		DrainDelay:      f.drainDelay,
-		ShutdownTimeout: f.shutdownTimeout,
-		Log:             log,
+		Endpoint:          ep,
+		Getenv:            os.Getenv,
+		Dispatcher:        f.dispatcher,
+		GroupCommit:       group,
+		WebhookAddr:       webhookAddr,
+		AdminAddr:         adminAddr,
+		MaxInFlight:       f.maxInFlight,
+		DrainDelay:        f.drainDelay,
+		ShutdownTimeout:   f.shutdownTimeout,
+		RetentionInterval: f.retentionInterval,
+		Log:               log,
 	})
 }
 
@@ -166,7 +170,10 @@ type ServeOptions struct {
 	MaxInFlight     int
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
-	Log             logr.Logger
+	// RetentionInterval is how often the receiver prunes (retention.DefaultInterval
+	// when zero).
+	RetentionInterval time.Duration
+	Log               logr.Logger
 }
 
 // Serve opens the endpoint's database pool and serves webhooks (and the admin port, the
@@ -216,6 +223,15 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	tasks = append(tasks, receiver.Task{Name: "parking", Run: func(ctx context.Context) error {
 		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
+	}})
+
+	tasks = append(tasks, receiver.Task{Name: "retention", Run: func(ctx context.Context) error {
+		return retention.Run(ctx, pool, retention.Options{
+			Endpoint: ep.Key(),
+			Tables:   store.TablesIn(ep.Spec.Database.Schema),
+			Policy:   retention.PolicyOf(ep),
+			Interval: o.RetentionInterval,
+		}, retentionReporter(ep.Key(), log.WithName("retention")))
 	}})
 
 	maxInFlight := int(ep.Spec.Receiver.MaxInFlight)
@@ -286,6 +302,22 @@ func startCPUProfile(path string) (func(), error) {
 // refreshes the parked-events gauges. Every replica does it: expiry takes each entity's
 // lock, so replicas never expire an event twice.
 const parkingInterval = 30 * time.Second
+
+// retentionReporter publishes what a pruning run removed.
+func retentionReporter(endpoint string, log logr.Logger) func(retention.Report, error) {
+	return func(rep retention.Report, err error) {
+		if err != nil {
+			log.Error(err, "pruning failed; the next run tries again")
+		}
+		for kind, n := range map[string]int64{"payloads": rep.Payloads, "receipts": rep.Receipts, "deliveries": rep.Deliveries} {
+			metrics.RetentionRemoved.WithLabelValues(endpoint, kind).Add(float64(n))
+		}
+		if rep.Removed() > 0 {
+			log.Info("pruned", "payloads", rep.Payloads, "receipts", rep.Receipts, "deliveries", rep.Deliveries,
+				"batches", rep.Batches, "took", rep.Took.Round(time.Millisecond).String())
+		}
+	}
+}
 
 // parkingReporter publishes what RunParking saw.
 func parkingReporter(endpoint string, log logr.Logger) func(receipt.ParkingReport, error) {

@@ -24,13 +24,20 @@ var SampleFiles = []string{
 	"config/samples/hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml",
 }
 
+// TestOrder is the order reserved for tests: `hookkeeper send-test` sends it an event
+// of type hookkeeper.test by default, which the sample's test transition accepts for
+// this order only, without moving it.
+const TestOrder = "hookkeeper-test"
+
 // SampleOrders are the orders seeded into public.orders for the Stripe sample (tenant
-// acme, state payment_pending), by client_txn_id, with their expected amount in paise.
+// acme, state payment_pending), by client_txn_id, with their expected amount in paise;
+// TestOrder among them.
 var SampleOrders = map[string]int64{
 	"order-1001": 49900,
 	"order-1002": 129900,
 	"order-1003": 9900,
 	"order-1004": 250000,
+	TestOrder:    0,
 }
 
 // SeedOrders creates the app table the Stripe sample binds to and puts SampleOrders in

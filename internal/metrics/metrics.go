@@ -79,6 +79,13 @@ var (
 		Help: "Parked events recorded as expired after stateMachine.parkFor.",
 	}, []string{LabelEndpoint})
 
+	// RetentionRemoved counts rows retention pruned, by kind: payloads (a receipt's
+	// payload and headers), receipts (dedupe records), deliveries (delivered outbox rows).
+	RetentionRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookkeeper_retention_removed_total",
+		Help: "Rows removed by spec.retention, by kind (payloads, receipts, deliveries).",
+	}, []string{LabelEndpoint, "kind"})
+
 	// InFlight is the webhook requests a receiver is handling now (spec.receiver.maxInFlight
 	// caps it).
 	InFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -159,7 +166,7 @@ var (
 
 // Register adds every metric to reg. Call it once per registry.
 func Register(reg prometheus.Registerer) {
-	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired)
+	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired, RetentionRemoved)
 	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
 		InFlight, Overloaded, RejectionLogsSuppressed,
 		OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown, Deliveries, DeliveryAttempts, CommitToDelivery)

@@ -277,7 +277,8 @@ func ReplayReceipts(ctx context.Context, pool *pgxpool.Pool, tables store.Tables
 	if reprocess == nil && !opts.DryRun {
 		return ReplayReport{}, fmt.Errorf("replay receipts: no reprocessor")
 	}
-	where := `endpoint = $1 AND outcome = ANY($5)
+	// A receipt whose payload retention or an erasure removed cannot run again.
+	where := `endpoint = $1 AND outcome = ANY($5) AND payload IS NOT NULL
 	  AND ($2::timestamptz IS NULL OR received_at >= $2)
 	  AND ($3::timestamptz IS NULL OR received_at < $3)
 	  AND (cardinality($4::bigint[]) = 0 OR id = ANY($4))`

@@ -44,8 +44,10 @@ func init() {
 			Amount:     `body.amount.value`,
 			OccurredAt: `body.eventDate`,
 		},
-		Batch: true,
-		Ack:   Response{Status: http.StatusOK, ContentType: "text/plain; charset=utf-8", Body: []byte("[accepted]")},
+		Batch:  true,
+		Ack:    Response{Status: http.StatusOK, ContentType: "text/plain; charset=utf-8", Body: []byte("[accepted]")},
+		Sign:   adyenSigner,
+		Sample: adyenSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 base64 per notification item (`additionalData.hmacSignature`), or of the body in `HmacSignature`",
 			Signed: "per item: `pspReference`, `originalReference`, `merchantAccountCode`, `merchantReference`, `amount.value`, `amount.currency`, `eventCode`, `success` (or the whole body with `HmacSignature`)",
@@ -262,4 +264,32 @@ func itemDocuments(items []adyenItem) []json.RawMessage {
 		docs[i] = it.raw
 	}
 	return docs
+}
+
+// adyenSample is a Standard webhook of one notification item: pspReference is the
+// event id, eventCode the type and merchantReference the entity key.
+func adyenSample(e SampleEvent) (Delivery, error) {
+	for _, f := range []string{e.ID, e.Type} {
+		if strings.Contains(f, ":") {
+			return Delivery{}, fmt.Errorf("an Adyen pspReference or eventCode holds no ':', got %q", f)
+		}
+	}
+	return jsonDelivery(map[string]any{"live": "false", "notificationItems": []any{
+		map[string]any{"NotificationRequestItem": map[string]any{
+			"pspReference": e.ID, "merchantAccountCode": "HookkeeperTest", "merchantReference": e.EntityKey,
+			"amount":    map[string]any{"value": 0, "currency": "EUR"},
+			"eventCode": e.Type, "success": "true", "eventDate": rfc3339(e.Time),
+		}},
+	}})
+}
+
+// adyenSigner signs with the HmacSignature header form: base64 HMAC-SHA256 of the raw
+// body under the hex key. It does not write per-item signatures: the header form is
+// the one that signs every byte, and the verifier reads the same items from it.
+func adyenSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+	return signWithScheme(signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: HeaderAdyenHmacSignature}},
+		Encoding:   v1alpha1.EncodingBase64,
+		Template:   signature.MustTemplate("{body}"),
+	}, sha256.New, v1alpha1.KeyHex, secret, d)
 }

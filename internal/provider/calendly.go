@@ -39,6 +39,7 @@ func init() {
 			EntityKey:  `body.payload.uri`,
 			OccurredAt: `body.created_at`,
 		},
+		Sample: calendlySample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Calendly-Webhook-Signature: t=…,v1=…`",
 			Signed:    "`t`, `.` and the body",
@@ -46,5 +47,13 @@ func init() {
 			Key:       "the webhook signing key (raw)",
 			Source:    "[Calendly](#calendly)",
 		},
+	})
+}
+
+func calendlySample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"event": e.Type, "created_at": rfc3339(e.Time),
+		"payload":   map[string]any{"uri": e.EntityKey},
+		testIDField: e.ID,
 	})
 }

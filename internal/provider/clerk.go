@@ -29,6 +29,8 @@ func init() {
 			// Clerk's timestamp is Unix milliseconds.
 			OccurredAt: `int(body.timestamp) / 1000`,
 		},
+		Sign:   standardWebhooksSigner("svix-id"),
+		Sample: clerkSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
 			Signed:    "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)",
@@ -37,4 +39,13 @@ func init() {
 			Source:    "[Clerk](#clerk)",
 		},
 	})
+}
+
+// clerkSample is an event whose svix-id is the event id.
+func clerkSample(e SampleEvent) (Delivery, error) {
+	d, err := jsonDelivery(map[string]any{
+		"type": e.Type, "object": "event", "timestamp": e.Time.UnixMilli(), "data": map[string]any{"id": e.EntityKey},
+	})
+	d.ID = e.ID
+	return d, err
 }

@@ -46,6 +46,7 @@ func init() {
 		},
 		Ack:       Response{Status: http.StatusNoContent, Body: []byte{}},
 		Handshake: discordHandshake,
+		Sample:    discordSample,
 		Doc: Doc{
 			Scheme:    "Ed25519 hex in `X-Signature-Ed25519`",
 			Signed:    "`X-Signature-Timestamp` and the body, concatenated",
@@ -69,4 +70,16 @@ func discordHandshake(v *signature.Verified, _ http.Header) (Response, bool) {
 		return Response{}, false
 	}
 	return Response{Status: http.StatusNoContent, ContentType: "application/json"}, true
+}
+
+// discordSample is a webhook event (type 1) whose data's id is the entity key.
+func discordSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"version": 1, "type": 1,
+		"event": map[string]any{
+			"type": e.Type, "timestamp": rfc3339(e.Time),
+			"data": map[string]any{"id": e.EntityKey},
+		},
+		testIDField: e.ID,
+	})
 }

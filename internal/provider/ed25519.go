@@ -24,7 +24,9 @@ func init() {
 			}
 			return signature.NewSchemeVerifier(scheme, keys, tolerance)
 		},
-		Preset: Preset{ID: `body.id`, Type: `body.type`},
+		Preset:     Preset{ID: `body.id`, Type: `body.type`},
+		CannotSign: "type Ed25519 endpoints hold the sender's public key, which verifies but cannot sign",
+		Sample:     genericSample,
 		Doc: Doc{
 			Scheme:    "Ed25519 (hex or base64) as `spec.provider.ed25519` describes it",
 			Signed:    "what `signedContent` names, as for HMAC",

@@ -29,6 +29,7 @@ func init() {
 			EntityKey: `has(body.pull_request) ? body.pull_request.html_url : ` +
 				`has(body.issue) ? body.issue.html_url : body.repository.full_name`,
 		},
+		Sample: githubSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in `X-Hub-Signature-256: sha256=…`",
 			Signed: "the body",
@@ -36,4 +37,13 @@ func init() {
 			Source: "[GitHub](#github)",
 		},
 	})
+}
+
+// githubSample is an event of type X-GitHub-Event on the repository named by the
+// entity key; the id is the body's digest, made unique by a test id member.
+func githubSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"repository": map[string]any{"full_name": e.EntityKey},
+		testIDField:  e.ID,
+	}, "X-GitHub-Event", e.Type, "X-GitHub-Delivery", e.ID)
 }

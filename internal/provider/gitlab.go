@@ -3,6 +3,7 @@ package provider
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -81,6 +82,8 @@ func init() {
 			EntityKey: `has(body.object_attributes) && has(body.object_attributes.url) ? body.object_attributes.url : ` +
 				`body.project.path_with_namespace`,
 		},
+		Sign:   gitlabSigner,
+		Sample: gitlabSample,
 		Doc: Doc{
 			Scheme: "the secret token itself in `X-Gitlab-Token` (compared in constant time; not a signature)",
 			Signed: "nothing: the token authenticates the sender but binds neither body nor time, so anyone holding a captured token can send any body",
@@ -111,4 +114,22 @@ func (v *gitlabVerifier) Open(req signature.Request) (*signature.Verified, error
 		return nil, signature.Fail(signature.ReasonMismatch, "the token in %s is not an active secret", HeaderGitLabToken)
 	}
 	return signature.WholeBody(req, nil), nil
+}
+
+// gitlabSample is an event of object_kind e.Type in the project the entity key names.
+func gitlabSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"object_kind": e.Type,
+		"project":     map[string]any{"path_with_namespace": e.EntityKey},
+		testIDField:   e.ID,
+	}, "X-Gitlab-Event", "System Hook")
+}
+
+// gitlabSigner sends the token itself, as GitLab does.
+func gitlabSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+	if _, err := signature.NewHMACSigningKey(sha256.New, v1alpha1.KeyRaw, secret); err != nil {
+		return Delivery{}, fmt.Errorf("signing secret: %w", err)
+	}
+	d.Header.Set(HeaderGitLabToken, secret)
+	return d, nil
 }

@@ -24,6 +24,18 @@ func init() {
 			return newSchemeVerifier(scheme, hashes[algorithm], keyEncoding, secrets, tolerance)
 		},
 		Preset: Preset{ID: `body.id`, Type: `body.type`},
+		Sign: func(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+			scheme, _ := hmacScheme(spec)
+			algorithm, keyEncoding := spec.HMAC.Algorithm, spec.HMAC.KeyEncoding
+			if algorithm == "" {
+				algorithm = v1alpha1.DefaultHMACAlgorithm
+			}
+			if keyEncoding == "" {
+				keyEncoding = v1alpha1.DefaultHMACKeyEncoding
+			}
+			return signWithScheme(scheme, hashes[algorithm], keyEncoding, secret, d)
+		},
+		Sample: genericSample,
 		Doc: Doc{
 			Scheme:    "HMAC (SHA1, SHA256, SHA512; hex or base64) as `spec.provider.hmac` describes it",
 			Signed:    "what `signedContent` names: the body, and the `{timestamp}`, `{id}`, `{method}`, `{url}` it uses",
@@ -31,5 +43,14 @@ func init() {
 			Key:       "`keyEncoding`: Raw, Base64, Hex or Whsec",
 			Source:    "[HMAC](#hmac-any-other-provider)",
 		},
+	})
+}
+
+// genericSample is the sample of the generic schemes (HMAC, Ed25519): their presets
+// read body.id and body.type; an entity key expression of the endpoint's own reads
+// data.id only if it was written for it (send-test says so, and takes --body).
+func genericSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"id": e.ID, "type": e.Type, "created": e.Time.Unix(), "data": map[string]any{"id": e.EntityKey},
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -63,7 +64,8 @@ func init() {
 				`":" + string(body.objectId)`,
 			OccurredAt: `int(body.occurredAt) / 1000`,
 		},
-		Batch: true,
+		Batch:  true,
+		Sample: hubspotSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 base64 in `X-HubSpot-Signature-v3`",
 			Signed:    "the method, `signedURL`, the body and `X-HubSpot-Request-Timestamp`, concatenated",
@@ -130,4 +132,18 @@ func hubspotEvents(body []byte) ([]json.RawMessage, error) {
 		return nil, errors.New("the array is empty")
 	}
 	return docs, nil
+}
+
+// hubspotSample is a batch of one event; the entity key is HubSpot's
+// <objectTypeId>:<objectId>.
+func hubspotSample(e SampleEvent) (Delivery, error) {
+	objectType, objectID, ok := strings.Cut(e.EntityKey, ":")
+	if !ok || objectType == "" || objectID == "" {
+		return Delivery{}, fmt.Errorf("a HubSpot entity key is <objectType>:<objectId> (e.g. deal:18436011927), got %q", e.EntityKey)
+	}
+	return jsonDelivery([]any{map[string]any{
+		"eventId": e.ID, "subscriptionId": 0, "portalId": 0, "occurredAt": e.Time.UnixMilli(),
+		"subscriptionType": e.Type, "attemptNumber": 0,
+		"objectTypeId": objectType, "objectId": objectID,
+	}})
 }

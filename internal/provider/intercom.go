@@ -31,11 +31,19 @@ func init() {
 			EntityKey:  `body.data.item.id`,
 			OccurredAt: `body.created_at`,
 		},
+		Sample: intercomSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA1 hex in `X-Hub-Signature: sha1=…`",
 			Signed: "the body",
 			Key:    "the app's client secret (raw)",
 			Source: "[Intercom](#intercom)",
 		},
+	})
+}
+
+func intercomSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"type": "notification_event", "id": e.ID, "topic": e.Type, "created_at": e.Time.Unix(),
+		"data": map[string]any{"item": map[string]any{"id": e.EntityKey}},
 	})
 }

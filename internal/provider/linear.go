@@ -3,6 +3,8 @@ package provider
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -55,6 +57,8 @@ func init() {
 			EntityKey:  `body.data.id`,
 			OccurredAt: `body.createdAt`,
 		},
+		Sign:   linearSigner,
+		Sample: linearSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Linear-Signature`",
 			Signed:    "the body, including its `webhookTimestamp`",
@@ -109,4 +113,30 @@ func linearTimestamp(body []byte) (string, error) {
 		return "", errNoLinearTimestamp
 	}
 	return string(raw), nil
+}
+
+// linearSample is a data-change event: e.Type is Linear's type and action joined by
+// the last dot ("Issue.create"). Its id joins the type, action, entity and createdAt
+// (the event's own time, to the millisecond).
+func linearSample(e SampleEvent) (Delivery, error) {
+	i := strings.LastIndexByte(e.Type, '.')
+	if i <= 0 || i == len(e.Type)-1 {
+		return Delivery{}, fmt.Errorf("a Linear event type is <type>.<action> (e.g. Issue.create), got %q", e.Type)
+	}
+	return jsonDelivery(map[string]any{
+		"type": e.Type[:i], "action": e.Type[i+1:], "createdAt": rfc3339(e.Time),
+		"data":               map[string]any{"id": e.EntityKey},
+		"webhookId":          e.ID,
+		linearTimestampField: e.Time.UnixMilli(),
+	})
+}
+
+// linearSigner signs the body as is: its webhookTimestamp is part of it (the sample
+// writes the time it is signed at).
+func linearSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+	return signWithScheme(signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: HeaderLinearSignature}},
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   signature.MustTemplate("{body}"),
+	}, sha256.New, v1alpha1.KeyRaw, secret, d)
 }

@@ -1,8 +1,11 @@
 package provider
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +52,8 @@ func init() {
 			EntityKey:  `body["event-data"].message.headers["message-id"]`,
 			OccurredAt: `body["event-data"].timestamp`,
 		},
+		Sign:   mailgunSigner,
+		Sample: mailgunSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in the body's `signature.signature` (or `signature.parent-signature`)",
 			Signed: "`signature.timestamp` and `signature.token` only: `event-data` is **not** signed, so a captured delivery's " +
@@ -136,4 +141,62 @@ func (v *mailgunVerifier) decode(s string) ([]byte, bool) {
 		return nil, false
 	}
 	return signature.DecodeSignature(v1alpha1.EncodingHex, s, v.keys.SignatureSize())
+}
+
+// mailgunSample is an event whose token (Mailgun's signed id) is the event id; Sign
+// fills in the signature object.
+func mailgunSample(e SampleEvent) (Delivery, error) {
+	d, err := jsonDelivery(map[string]any{
+		"signature": map[string]any{},
+		"event-data": map[string]any{
+			"event": e.Type, "id": e.ID, "timestamp": e.Time.Unix(),
+			"message": map[string]any{"headers": map[string]any{"message-id": e.EntityKey}},
+		},
+	})
+	d.ID = e.ID
+	return d, err
+}
+
+// mailgunSigner writes the body's signature object: the timestamp, the token (d.ID, or a
+// random one) and the hex HMAC-SHA256 of both. The other members of the body are kept
+// byte for byte (in sorted order); event-data is not signed.
+func mailgunSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+	key, err := signature.NewHMACSigningKey(sha256.New, v1alpha1.KeyRaw, secret)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("signing secret: %w", err)
+	}
+	members, err := decodeObject(d.Body, true)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("a Mailgun body is a JSON object: %w", err)
+	}
+	if d.ID == "" {
+		d.ID = randomHex(25) // Mailgun's tokens are 50 characters
+	}
+	ts := signature.FormatTimestamp(v1alpha1.TimestampUnix, d.Time)
+	sig := signature.EncodeSignature(v1alpha1.EncodingHex, key.Sign([]byte(ts), []byte(d.ID)))
+	if members["signature"], err = sampleJSON(map[string]string{"timestamp": ts, "token": d.ID, "signature": sig}); err != nil {
+		return Delivery{}, err
+	}
+	names := make([]string, 0, len(members))
+	for name := range members {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		quoted, err := sampleJSON(name)
+		if err != nil {
+			return Delivery{}, err
+		}
+		b.Write(quoted)
+		b.WriteByte(':')
+		b.Write(members[name])
+	}
+	b.WriteByte('}')
+	d.Body = b.Bytes()
+	return d, nil
 }

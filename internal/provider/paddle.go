@@ -40,6 +40,7 @@ func init() {
 			Amount:     `body.data.details.totals.grand_total`,
 			OccurredAt: `body.occurred_at`,
 		},
+		Sample: paddleSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Paddle-Signature: ts=…;h1=…`",
 			Signed:    "`ts`, `:` and the body",
@@ -47,5 +48,12 @@ func init() {
 			Key:       "the notification destination's secret key (`pdl_ntfset_…`), used whole (raw)",
 			Source:    "[Paddle](#paddle)",
 		},
+	})
+}
+
+func paddleSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"event_id": e.ID, "event_type": e.Type, "occurred_at": rfc3339(e.Time),
+		"data": map[string]any{"id": e.EntityKey},
 	})
 }

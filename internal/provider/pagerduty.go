@@ -36,6 +36,7 @@ func init() {
 			EntityKey:  `body.event.data.id`,
 			OccurredAt: `body.event.occurred_at`,
 		},
+		Sample: pagerdutySample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in `X-PagerDuty-Signature: v1=…[,v1=…]`",
 			Signed: "the body",
@@ -43,4 +44,11 @@ func init() {
 			Source: "[PagerDuty](#pagerduty)",
 		},
 	})
+}
+
+func pagerdutySample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{"event": map[string]any{
+		"id": e.ID, "event_type": e.Type, "resource_type": "incident", "occurred_at": rfc3339(e.Time),
+		"data": map[string]any{"id": e.EntityKey},
+	}})
 }

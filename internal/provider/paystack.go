@@ -33,11 +33,19 @@ func init() {
 			Amount:     `body.data.amount`,
 			OccurredAt: `has(body.data.paid_at) && body.data.paid_at != null ? body.data.paid_at : body.data.created_at`,
 		},
+		Sample: paystackSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA512 hex in `x-paystack-signature`",
 			Signed: "the body",
 			Key:    "the secret key (`sk_live_…` / `sk_test_…`, raw)",
 			Source: "[Paystack](#paystack)",
 		},
+	})
+}
+
+func paystackSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"event": e.Type,
+		"data":  map[string]any{"id": e.ID, "reference": e.EntityKey, "created_at": rfc3339(e.Time)},
 	})
 }

@@ -2,8 +2,9 @@
 // file per provider: how its requests are verified (a value of the shared
 // signature.Scheme, or its own code over the shared signature.Keyring), the presets
 // that read its events, the acknowledgement it expects, the endpoint-verification
-// handshake it sends, and what its signature covers (rendered into docs/providers.md
-// by `make provider-docs`).
+// handshake it sends, what its signature covers (rendered into docs/providers.md
+// by `make provider-docs`), and the sample event and signer `hookkeeper send-test`
+// sends with (sign.go).
 //
 // Adding a provider touches its file here, its test data in testdata/, the
 // ProviderType enum marker in api/v1alpha1, its sample in config/samples/providers/ and
@@ -62,6 +63,18 @@ type Provider struct {
 	BodyUnsigned bool
 	// Refetch is true when spec.provider.refetch is supported.
 	Refetch bool
+	// Sign signs a delivery as the provider does, with a secret as its Secret stores it
+	// (`hookkeeper send-test`; see the package function Sign). Set it for a provider
+	// whose Verifier is its own code; a provider with an HMAC Scheme gets it from the
+	// scheme. Nil when the Secret cannot sign: then CannotSign says why.
+	Sign func(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error)
+	// CannotSign says why the provider's requests cannot be signed with what its Secret
+	// holds (an Ed25519 public key); empty when Sign is set.
+	CannotSign string
+	// Sample renders a sample event of the provider whose presets read e's id (or, for
+	// a provider whose id is a digest of what it signs, an id unique to e.ID), type and
+	// entity key. Required.
+	Sample func(e SampleEvent) (Delivery, error)
 	// Doc is what docs/providers.md says about the provider.
 	Doc Doc
 }
@@ -108,8 +121,18 @@ func register(p Provider) {
 	if p.Verifier == nil && p.Scheme != nil {
 		p.Verifier = fixedSchemeVerifier(p)
 	}
+	if p.Sign == nil && p.CannotSign == "" && p.Scheme != nil {
+		if p.Hash != nil {
+			p.Sign = fixedSchemeSigner(p)
+		} else {
+			p.CannotSign = fmt.Sprintf("%s signs with its Ed25519 private key; the signing Secret holds its public key, which verifies but cannot sign", p.Type)
+		}
+	}
 	if p.Verifier == nil || p.Preset.ID == "" || p.Preset.Type == "" || p.Doc.Scheme == "" || p.Doc.Signed == "" {
 		panic(fmt.Sprintf("provider %s: a verifier, id and type presets, and its scheme and signed content for the docs are required", p.Type))
+	}
+	if (p.Sign == nil) == (p.CannotSign == "") || p.Sample == nil {
+		panic(fmt.Sprintf("provider %s: a sample event, and a signer or the reason there is none, are required", p.Type))
 	}
 	registry[p.Type] = &p
 }

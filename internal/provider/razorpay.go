@@ -40,11 +40,22 @@ func init() {
 			Amount:     `body.payload[body.contains[0]].entity.amount`,
 			OccurredAt: `body.created_at`,
 		},
+		Sample: razorpaySample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in `X-Razorpay-Signature`",
 			Signed: "the body",
 			Key:    "the webhook secret set in the Dashboard (raw)",
 			Source: "[Razorpay](#razorpay)",
 		},
+	})
+}
+
+// razorpaySample is a payment event of the order the entity key names.
+func razorpaySample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"entity": "event", "event": e.Type, "contains": []string{"payment"}, "created_at": e.Time.Unix(),
+		"payload": map[string]any{"payment": map[string]any{"entity": map[string]any{
+			"id": e.ID, "order_id": e.EntityKey,
+		}}},
 	})
 }

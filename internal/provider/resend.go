@@ -29,6 +29,8 @@ func init() {
 			EntityKey:  `has(body.data.email_id) ? body.data.email_id : body.data.id`,
 			OccurredAt: `body.created_at`,
 		},
+		Sign:   standardWebhooksSigner("svix-id"),
+		Sample: resendSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
 			Signed:    "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)",
@@ -37,4 +39,13 @@ func init() {
 			Source:    "[Resend](#resend)",
 		},
 	})
+}
+
+// resendSample is an event whose svix-id is the event id.
+func resendSample(e SampleEvent) (Delivery, error) {
+	d, err := jsonDelivery(map[string]any{
+		"type": e.Type, "created_at": rfc3339(e.Time), "data": map[string]any{"id": e.EntityKey},
+	})
+	d.ID = e.ID
+	return d, err
 }

@@ -29,6 +29,7 @@ func init() {
 			EntityKey:  `body.id`,
 			OccurredAt: `has(body.updated_at) ? body.updated_at : body.created_at`,
 		},
+		Sample: shopifySample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 base64 in `X-Shopify-Hmac-Sha256`",
 			Signed: "the body",
@@ -36,4 +37,11 @@ func init() {
 			Source: "[Shopify](#shopify)",
 		},
 	})
+}
+
+// shopifySample is a resource of the entity key's id under topic X-Shopify-Topic.
+func shopifySample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"id": e.EntityKey, "created_at": rfc3339(e.Time), testIDField: e.ID,
+	}, "X-Shopify-Topic", e.Type, "X-Shopify-Webhook-Id", e.ID)
 }

@@ -30,6 +30,7 @@ func init() {
 			OccurredAt: `body.event_time`,
 		},
 		Handshake: slackHandshake,
+		Sample:    slackSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `X-Slack-Signature: v0=…`",
 			Signed:    "`v0:`, `X-Slack-Request-Timestamp` and the body",
@@ -65,4 +66,12 @@ func jsonResponse(body any) (Response, bool) {
 		return Response{}, false
 	}
 	return Response{Status: http.StatusOK, ContentType: "application/json", Body: b}, true
+}
+
+// slackSample is an event_callback in the channel the entity key names.
+func slackSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"type": "event_callback", "event_id": e.ID, "event_time": e.Time.Unix(),
+		"event": map[string]any{"type": e.Type, "channel": e.EntityKey},
+	})
 }

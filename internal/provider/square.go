@@ -36,11 +36,19 @@ func init() {
 				`body.data.object.refund.amount_money.amount`,
 			OccurredAt: `body.created_at`,
 		},
+		Sample: squareSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 base64 in `x-square-hmacsha256-signature`",
 			Signed: "`spec.provider.signedURL` (the notification URL) and the body",
 			Key:    "the subscription's signature key (raw)",
 			Source: "[Square](#square)",
 		},
+	})
+}
+
+func squareSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"type": e.Type, "event_id": e.ID, "created_at": rfc3339(e.Time),
+		"data": map[string]any{"id": e.EntityKey},
 	})
 }

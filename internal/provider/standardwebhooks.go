@@ -2,6 +2,7 @@ package provider
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"strings"
 	"time"
 
@@ -96,6 +97,8 @@ func init() {
 			Amount:     `body.data.amount`,
 			OccurredAt: `body.timestamp`,
 		},
+		Sign:   standardWebhooksSigner(HeaderWebhookID),
+		Sample: standardWebhooksSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 (`v1,`) or Ed25519 (`v1a,`) base64 in `webhook-signature` (or `svix-signature`)",
 			Signed:    "`webhook-id`, `webhook-timestamp` and the body (or the `svix-*` set)",
@@ -104,4 +107,31 @@ func init() {
 			Source:    "[Standard Webhooks](#standard-webhooks)",
 		},
 	})
+}
+
+// standardWebhooksSample is an event whose webhook-id is the event id.
+func standardWebhooksSample(e SampleEvent) (Delivery, error) {
+	d, err := jsonDelivery(map[string]any{
+		"type": e.Type, "timestamp": rfc3339(e.Time), "data": map[string]any{"id": e.EntityKey},
+	})
+	d.ID = e.ID
+	return d, err
+}
+
+// standardWebhooksSigner signs `v1,` with a whsec_ secret, under the header set whose
+// id header is idHeader (webhook-id, or svix-id for what Svix delivers). A whpk_
+// secret is an Ed25519 public key: it verifies `v1a,` signatures but cannot make one.
+func standardWebhooksSigner(idHeader string) func(v1alpha1.ProviderSpec, string, Delivery) (Delivery, error) {
+	return func(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+		if strings.HasPrefix(secret, "whpk_") {
+			return Delivery{}, fmt.Errorf("%w: the signing secret is a whpk_ Ed25519 public key, which verifies but cannot sign; sign with the endpoint's whsec_ secret", ErrCannotSign)
+		}
+		s := standardWebhooksScheme("v1,")
+		for _, set := range standardWebhooksHeaders {
+			if set.ID == idHeader {
+				s.HeaderSets = []signature.HeaderSet{set}
+			}
+		}
+		return signWithScheme(s, sha256.New, v1alpha1.KeyWhsec, secret, d)
+	}
 }

@@ -29,6 +29,7 @@ func init() {
 			OccurredAt: `body.created`,
 		},
 		Refetch: true,
+		Sample:  stripeSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Stripe-Signature: t=…,v1=…`",
 			Signed:    "`t` and the body",
@@ -36,5 +37,19 @@ func init() {
 			Key:       "`whsec_…` as shown, used whole",
 			Source:    "[Stripe](#stripe)",
 		},
+	})
+}
+
+// stripeSample is a PaymentIntent event; the entity key is the object's id (the
+// preset) and, in its metadata, order_id and client_txn_id: an app's own order key
+// travels in the PaymentIntent's metadata, and those are the keys the quick start and
+// the orders sample read it from.
+func stripeSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"id": e.ID, "object": "event", "type": e.Type, "created": e.Time.Unix(), "livemode": false,
+		"data": map[string]any{"object": map[string]any{
+			"id": e.EntityKey, "object": "payment_intent",
+			"metadata": map[string]string{"order_id": e.EntityKey, "client_txn_id": e.EntityKey},
+		}},
 	})
 }

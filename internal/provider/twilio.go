@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -71,6 +72,8 @@ func init() {
 				`has(body.EventType) ? body.EventType : body.type`,
 			EntityKey: `has(body.MessageSid) ? body.MessageSid : body.CallSid`,
 		},
+		Sign:   twilioSigner,
+		Sample: twilioSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA1 base64 in `X-Twilio-Signature`",
 			Signed: "`spec.provider.signedURL` and every form field (names and values, sorted by name, without separators: " +
@@ -223,4 +226,54 @@ func twilioURLVariants(configured string) []string {
 		}
 	}
 	return slices.Compact(out)
+}
+
+// twilioSample is a form like Twilio's callbacks: EventType is the type, MessageSid
+// the entity key; its id is the digest of the signed fields.
+func twilioSample(e SampleEvent) (Delivery, error) {
+	form := url.Values{
+		"AccountSid": {"AChookkeepertest"}, "MessageSid": {e.EntityKey}, "EventType": {e.Type},
+		"HookkeeperTestId": {e.ID},
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/x-www-form-urlencoded")
+	return Delivery{Body: []byte(form.Encode()), Header: h}, nil
+}
+
+// twilioSigner signs as Twilio does: a JSON body (first non-space byte '{') as
+// signedURL with bodySHA256 appended, a form as signedURL followed by every field name
+// and value sorted by name.
+func twilioSigner(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
+	key, err := signature.NewHMACSigningKey(sha1.New, v1alpha1.KeyRaw, secret)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("signing secret: %w", err)
+	}
+	parts := [][]byte{[]byte(spec.SignedURL)}
+	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+		sum := sha256.Sum256(d.Body)
+		sep := "?"
+		if strings.Contains(spec.SignedURL, "?") {
+			sep = "&"
+		}
+		parts = append(parts, []byte(sep+"bodySHA256="+hex.EncodeToString(sum[:])))
+	} else {
+		form, err := url.ParseQuery(string(d.Body))
+		if err != nil {
+			return Delivery{}, fmt.Errorf("the body is neither a JSON object nor a form: %w", err)
+		}
+		names := make([]string, 0, len(form))
+		for name := range form {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			values := slices.Clone(form[name])
+			slices.Sort(values)
+			for _, value := range slices.Compact(values) {
+				parts = append(parts, []byte(name), []byte(value))
+			}
+		}
+	}
+	d.Header.Set(HeaderTwilioSignature, signature.EncodeSignature(v1alpha1.EncodingBase64, key.Sign(parts...)))
+	return d, nil
 }

@@ -55,6 +55,7 @@ func init() {
 			OccurredAt: `signed.timestamp`,
 		},
 		Handshake: twitchEventSubHandshake,
+		Sample:    twitchEventSubSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `Twitch-Eventsub-Message-Signature: sha256=…`",
 			Signed:    "`Twitch-Eventsub-Message-Id`, `Twitch-Eventsub-Message-Timestamp` and the body, concatenated",
@@ -77,4 +78,18 @@ func twitchEventSubHandshake(v *signature.Verified, _ http.Header) (Response, bo
 		return Response{}, false
 	}
 	return Response{Status: http.StatusOK, ContentType: "text/plain", Body: []byte(*req.Challenge)}, true
+}
+
+// twitchEventSubSample is a notification of subscription type e.Type for the
+// broadcaster the entity key names; its message id is the event id.
+func twitchEventSubSample(e SampleEvent) (Delivery, error) {
+	d, err := jsonDelivery(map[string]any{
+		"subscription": map[string]any{
+			"id": e.ID, "type": e.Type, "version": "1", "status": "enabled",
+			"condition": map[string]any{"broadcaster_user_id": e.EntityKey},
+		},
+		"event": map[string]any{"broadcaster_user_id": e.EntityKey},
+	}, "Twitch-Eventsub-Message-Type", "notification")
+	d.ID = e.ID
+	return d, err
 }

@@ -31,11 +31,19 @@ func init() {
 			EntityKey:  `body.form_response.token`,
 			OccurredAt: `body.form_response.submitted_at`,
 		},
+		Sample: typeformSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 base64 in `Typeform-Signature: sha256=…`",
 			Signed: "the body",
 			Key:    "the webhook's `secret` (raw)",
 			Source: "[Typeform](#typeform)",
 		},
+	})
+}
+
+func typeformSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"event_id": e.ID, "event_type": e.Type,
+		"form_response": map[string]any{"token": e.EntityKey, "submitted_at": rfc3339(e.Time)},
 	})
 }

@@ -30,11 +30,19 @@ func init() {
 			EntityKey:  `has(body.payload.deployment) ? body.payload.deployment.id : body.payload.project.id`,
 			OccurredAt: `int(body.createdAt) / 1000`,
 		},
+		Sample: vercelSample,
 		Doc: Doc{
 			Scheme: "HMAC-SHA1 hex in `x-vercel-signature`",
 			Signed: "the body",
 			Key:    "the webhook's secret, or the integration's client secret (raw)",
 			Source: "[Vercel](#vercel)",
 		},
+	})
+}
+
+func vercelSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"id": e.ID, "type": e.Type, "createdAt": e.Time.UnixMilli(),
+		"payload": map[string]any{"deployment": map[string]any{"id": e.EntityKey}},
 	})
 }

@@ -45,6 +45,7 @@ func init() {
 			OccurredAt: `int(body.event_ts) / 1000`,
 		},
 		Handshake: zoomHandshake,
+		Sample:    zoomSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 hex in `x-zm-signature: v0=…`",
 			Signed:    "`v0:`, `x-zm-request-timestamp` and the body",
@@ -77,5 +78,12 @@ func zoomHandshake(v *signature.Verified, _ http.Header) (Response, bool) {
 	return jsonResponse(map[string]string{
 		"plainToken":     req.Payload.PlainToken,
 		"encryptedToken": hex.EncodeToString(mac),
+	})
+}
+
+func zoomSample(e SampleEvent) (Delivery, error) {
+	return jsonDelivery(map[string]any{
+		"event": e.Type, "event_ts": e.Time.UnixMilli(),
+		"payload": map[string]any{"object": map[string]any{"uuid": e.EntityKey, "id": e.ID}},
 	})
 }

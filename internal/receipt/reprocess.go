@@ -12,6 +12,10 @@ import (
 // Recorder's endpoint.
 var ErrReceiptNotFound = errors.New("receipt not found")
 
+// ErrPayloadRemoved is returned by Reprocess for a receipt whose payload retention
+// (spec.retention.payloadFor) or an erasure removed: it cannot run again.
+var ErrPayloadRemoved = errors.New("its payload was removed by retention or an erasure")
+
 // Replayable reports whether Reprocess may still apply a receipt with this outcome.
 func Replayable(o Outcome) bool {
 	switch o {
@@ -106,6 +110,9 @@ func (r *Recorder) loadStep(receiptID int64, locked bool, dst *storedEvent, enti
 		var o string
 		if err := br.QueryRow().Scan(&dst.EventID, &dst.Type, entityKey, &payload, &dst.Headers, &dst.OccurredAt, &dst.Amount, &o); err != nil {
 			return err
+		}
+		if payload == nil && Replayable(Outcome(o)) {
+			return fmt.Errorf("receipt %d: %w", receiptID, ErrPayloadRemoved)
 		}
 		dst.Payload, *outcome = payload, Outcome(o)
 		return nil

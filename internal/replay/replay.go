@@ -7,7 +7,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/retention"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -65,6 +65,9 @@ type Params struct {
 	Selection outbox.Selection
 	// Discard is who discards and why (Discard).
 	Discard outbox.Discard
+	// Erasure is whose payloads, who and why (Erase); Run sets its Endpoint, and its
+	// DryRun from Options.
+	Erasure retention.Erasure
 	// Options: dry run, batch size, and the Each and Progress callbacks.
 	Options outbox.ReplayOptions
 	// Logger receives the refetch client's logs when receipts are re-run.
@@ -75,25 +78,24 @@ type Params struct {
 // language: flags for the CLI, spec fields for a WebhookReplay.
 type Names struct {
 	DeadLetters, Receipts, Outcomes string
-	// DiscardHint follows an error about the discard's actor or reason.
-	DiscardHint string
+	// DiscardHint follows an error about the discard's actor or reason, EraseHint one
+	// about the erasure's entity, actor or reason.
+	DiscardHint, EraseHint string
 }
 
 // FlagNames are the CLI's.
 var FlagNames = Names{
 	DeadLetters: "--dead-letters", Receipts: "--receipts", Outcomes: "--outcome",
 	DiscardHint: "(give --reason, and --actor when the OS user is unknown)",
+	EraseHint:   "(give --entity and --reason, and --actor when the OS user is unknown)",
 }
 
 // SpecNames are a WebhookReplay's.
 var SpecNames = Names{
 	DeadLetters: "spec.deadLetters", Receipts: "spec.receipts", Outcomes: "spec.receipts.outcomes",
 	DiscardHint: "(spec.reason)",
+	EraseHint:   "(spec.entityKey, spec.reason)",
 }
-
-// ErrEraseNotImplemented is Check's and Run's answer to action Erase until the
-// retention package (retention.Erase) is merged.
-var ErrEraseNotImplemented = errors.New("action Erase is not implemented by this operator version")
 
 // Check reports parameters that cannot run, before anything is read: what to work on,
 // outcomes that a replay cannot re-run, a discard without a reason or actor.
@@ -122,7 +124,12 @@ func (p Params) Check(n Names) error {
 			return err
 		}
 	case v1alpha1.ReplayActionErase:
-		return ErrEraseNotImplemented
+		if err := p.Erasure.Check(); err != nil {
+			if n.EraseHint != "" {
+				return fmt.Errorf("%w %s", err, n.EraseHint)
+			}
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown action %q: Replay, Discard or Erase", p.Action)
 	}
@@ -134,6 +141,9 @@ type Report struct {
 	outbox.ReplayReport
 	// Endpoint is the endpoint key.
 	Endpoint string
+	// Erasure is what Erase removed and kept (Selected counts the entity's rows that
+	// held payloads, Replayed those it removed them from).
+	Erasure retention.ErasureReport
 	// Params are the run's, for Summary.
 	Params Params
 }
@@ -171,7 +181,10 @@ func Run(ctx context.Context, e *Endpoint, p Params) (Report, error) {
 		}
 		report.ReplayReport, err = outbox.ReplayReceipts(ctx, e.Pool, e.Tables, sel, reprocess, p.Options)
 	case v1alpha1.ReplayActionErase:
-		return report, ErrEraseNotImplemented
+		req := p.Erasure
+		req.Endpoint, req.DryRun = e.Key, p.Options.DryRun
+		report.Erasure, err = retention.Erase(ctx, e.Pool, e.Tables, req)
+		report.Selected, report.Replayed = eraseCounts(report.Erasure, req.DryRun)
 	default:
 		return report, fmt.Errorf("unknown action %q", p.Action)
 	}
@@ -205,6 +218,8 @@ func (r Report) Summary() string {
 	p := r.Params
 	dry := p.Options.DryRun
 	switch {
+	case p.Action == v1alpha1.ReplayActionErase:
+		return eraseSummary(r.Endpoint, p.Erasure, r.Erasure, dry)
 	case p.Action == v1alpha1.ReplayActionDiscard:
 		by := ""
 		if !dry && r.Replayed > 0 {
@@ -235,4 +250,78 @@ func outcomeSummary(outcomes map[string]int) string {
 		}
 	}
 	return "; now " + strings.Join(parts, ", ")
+}
+
+// eraseCounts are an erasure's selected rows (those of the entity that held payloads)
+// and changed ones (those it removed payloads from; none in a dry run).
+func eraseCounts(rep retention.ErasureReport, dry bool) (selected, changed int) {
+	removed := rep.Receipts + rep.Deliveries
+	if dry {
+		return removed + rep.KeptParked + rep.KeptUndelivered, 0
+	}
+	return removed + rep.KeptParked + rep.KeptUndelivered, removed
+}
+
+func eraseSummary(endpoint string, req retention.Erasure, rep retention.ErasureReport, dry bool) string {
+	verb, recorded := "erased", fmt.Sprintf("; recorded as erasure %d by %s: %s", rep.ID, req.Actor, req.Reason)
+	if dry {
+		verb, recorded = "would erase", ""
+	}
+	s := fmt.Sprintf("entity %q of %s: %s the payloads of %d receipt(s) and %d delivered or discarded outbox row(s); dedupe records kept%s",
+		req.EntityKey, endpoint, verb, rep.Receipts, rep.Deliveries, recorded)
+	if rep.KeptParked+rep.KeptUndelivered > 0 {
+		s += fmt.Sprintf("\nkept %d parked event(s) and %d outbox row(s) not yet delivered (or dead letters): they still need their payloads; erase again once they are settled",
+			rep.KeptParked, rep.KeptUndelivered)
+	}
+	return s
+}
+
+// The keys of an erasure's counts in a run record's outcomes.
+const (
+	erasedReceipts   = "erasedReceipts"
+	erasedDeliveries = "erasedDeliveries"
+	keptParked       = "keptParked"
+	keptUndelivered  = "keptUndelivered"
+	erasureID        = "erasure"
+)
+
+// Counts are the report as a run record keeps it: selected, changed, and the outcomes
+// (the receipts' outcomes afterwards; for Erase, what it removed and kept, and the
+// erasures row).
+func (r Report) Counts() (selected, changed int64, outcomes map[string]int64) {
+	outcomes = map[string]int64{}
+	for k, v := range r.Outcomes {
+		outcomes[k] = int64(v)
+	}
+	if r.Params.Action == v1alpha1.ReplayActionErase {
+		e := r.Erasure
+		outcomes[erasedReceipts], outcomes[erasedDeliveries] = int64(e.Receipts), int64(e.Deliveries)
+		outcomes[keptParked], outcomes[keptUndelivered] = int64(e.KeptParked), int64(e.KeptUndelivered)
+		if e.ID != 0 {
+			outcomes[erasureID] = e.ID
+		}
+	}
+	return int64(r.Selected), int64(r.Replayed), outcomes
+}
+
+// ReportOf rebuilds the report of a finished run from its record (Counts' inverse), so
+// a result read back after a restart reads as the run's own.
+func ReportOf(rec *RunRecord, p Params) Report {
+	r := Report{Endpoint: rec.Endpoint, Params: p}
+	r.Selected, r.Replayed = int(rec.Selected), int(rec.Changed)
+	if p.Action == v1alpha1.ReplayActionErase {
+		o := rec.Outcomes
+		r.Erasure = retention.ErasureReport{
+			ID: o[erasureID], Receipts: int(o[erasedReceipts]), Deliveries: int(o[erasedDeliveries]),
+			KeptParked: int(o[keptParked]), KeptUndelivered: int(o[keptUndelivered]),
+		}
+		return r
+	}
+	if len(rec.Outcomes) > 0 {
+		r.Outcomes = map[string]int{}
+		for k, v := range rec.Outcomes {
+			r.Outcomes[k] = int(v)
+		}
+	}
+	return r
 }

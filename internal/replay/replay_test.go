@@ -12,6 +12,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/replay"
+	"github.com/hookkeeper/hookkeeper/internal/retention"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -43,13 +44,20 @@ func TestCheckNamesTheFrontEndsParameters(t *testing.T) {
 			}
 		}
 	}
-	if err := (replay.Params{Action: v1alpha1.ReplayActionErase}).Check(replay.SpecNames); !errors.Is(err, replay.ErrEraseNotImplemented) {
-		t.Errorf("Erase: %v, want ErrEraseNotImplemented", err)
+	erase := replay.Params{Action: v1alpha1.ReplayActionErase, Erasure: retention.Erasure{Actor: "ops", Reason: "gdpr"}}
+	for names, want := range map[*replay.Names]string{
+		&replay.FlagNames: "entity key is empty (give --entity and --reason, and --actor when the OS user is unknown)",
+		&replay.SpecNames: "entity key is empty (spec.entityKey, spec.reason)",
+	} {
+		if err := erase.Check(*names); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("erase without entity: %v, want %q", err, want)
+		}
 	}
 	for _, ok := range []replay.Params{
 		{DeadLetters: true},
 		{Receipts: true, Selection: outbox.Selection{Outcomes: []string{"parked", "expired"}}},
 		{Action: v1alpha1.ReplayActionDiscard, DeadLetters: true, Discard: outbox.Discard{Actor: "ops", Reason: "test"}},
+		{Action: v1alpha1.ReplayActionErase, Erasure: retention.Erasure{EntityKey: "order-1", Actor: "ops", Reason: "gdpr"}},
 	} {
 		if err := ok.Check(replay.SpecNames); err != nil {
 			t.Errorf("%+v: %v", ok, err)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -290,5 +291,21 @@ func TestDocumentIsDecidedByTheBytes(t *testing.T) {
 		if (err == nil) != tc.ok || string(got) != tc.want {
 			t.Errorf("Document(%q) = %q, %v; want %q, ok %v", tc.body, got, err, tc.want, tc.ok)
 		}
+	}
+}
+
+func TestSigningKeyNeverPrints(t *testing.T) {
+	const secret = "whsec_c2lnbmluZy1rZXktbmV2ZXItcHJpbnRlZA=="
+	key, err := NewHMACSigningKey(sha256.New, v1alpha1.KeyRaw, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
+		if out := fmt.Sprintf(format, key); strings.Contains(out, secret) || strings.Contains(out, "c2lnbmluZy") {
+			t.Fatalf("%s shows the key: %s", format, out)
+		}
+	}
+	if _, err := NewHMACSigningKey(sha256.New, v1alpha1.KeyHex, "not hex "+secret); err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a bad key: want an error without the value, got %v", err)
 	}
 }

@@ -40,6 +40,8 @@ type Tables struct {
 	SinkState string
 	// DeadLetterDiscards records each deliberate discard of dead letters.
 	DeadLetterDiscards string
+	// Erasures records each erasure of an entity's payloads.
+	Erasures string
 	// ReplayRuns records each WebhookReplay's run, so it runs once.
 	ReplayRuns string
 }
@@ -56,6 +58,7 @@ func TablesIn(schema string) Tables {
 		EntityClocks:       q("entity_clocks"),
 		SinkState:          q("sink_state"),
 		DeadLetterDiscards: q("dead_letter_discards"),
+		Erasures:           q("erasures"),
 		ReplayRuns:         q("replay_runs"),
 	}
 }

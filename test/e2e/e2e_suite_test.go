@@ -30,6 +30,8 @@ var (
 	databaseURL string
 	session     *devcluster.Session
 	clientset   kubernetes.Interface
+	// hookkeeperBinary is the binary of this tree the pods run; specs run its commands.
+	hookkeeperBinary string
 )
 
 // envBinary names a prebuilt hookkeeper binary (the Makefile sets it).
@@ -67,6 +69,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		GinkgoWriter.Printf("built %s in %.1fs\n", exe, time.Since(begin).Seconds())
 	}
 	Expect(exe).To(BeAnExistingFile())
+	hookkeeperBinary = exe
 
 	session, err = devcluster.StartSession(ctx, devcluster.SessionOptions{
 		BinDir:      binDir,
