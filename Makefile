@@ -67,7 +67,7 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
 
 .PHONY: api-docs
 api-docs: manifests ## Regenerate docs/api-reference.md from the CRD.
-	$(GO) run ./hack/gen-api-docs config/crd/bases/hookkeeper.dev_webhookendpoints.yaml > docs/api-reference.md
+	$(GO) run ./hack/gen-api-docs config/crd/bases/*.yaml > docs/api-reference.md
 
 .PHONY: provider-docs
 provider-docs: ## Regenerate the provider table of docs/providers.md from internal/provider.

@@ -101,9 +101,9 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
-// Setup wires a WebhookEndpointReconciler into mgr with the manager's client, scheme,
-// API reader and an events.k8s.io recorder: the one call the manager command and the
-// local dev cluster make.
+// Setup wires a WebhookEndpointReconciler and a WebhookReplayReconciler into mgr with
+// the manager's client, scheme, API reader and an events.k8s.io recorder: the one call
+// the manager command and the local dev cluster make.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &WebhookEndpointReconciler{
 		Client:    mgr.GetClient(),
@@ -112,7 +112,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Options:   opts,
 	}
-	return r.SetupWithManager(mgr)
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	replays := &WebhookReplayReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder(FieldOwner),
+	}
+	return replays.SetupWithManager(mgr)
 }
 
 // RunInProcess runs the operator inside the calling process until ctx ends, as the

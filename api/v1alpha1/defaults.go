@@ -45,6 +45,8 @@ const (
 	DefaultDeliveredFor      = 168 * time.Hour
 	// DefaultEnabled is the default of monitoring.*.enabled and networkPolicy.enabled.
 	DefaultEnabled = true
+	// DefaultReplayAction is a WebhookReplay's spec.action.
+	DefaultReplayAction = ReplayActionReplay
 )
 
 // Limits of the spec that Go validation checks again (config.Validate, for manifests
@@ -79,6 +81,13 @@ const (
 	// MaxMonitoringLabels bounds spec.monitoring.labels, and the operator-wide
 	// --monitoring-labels alike.
 	MaxMonitoringLabels = 16
+
+	// Limits of a WebhookReplay's spec. MaxReplayReason is the discard record's limit
+	// (outbox.MaxDiscardReason, which TestReplayLimitsMatchTheCRD also checks).
+	MaxReplayReason    = 1000
+	MaxReplayIDs       = 1000
+	MaxReplayEntityKey = 1024
+	MaxEndpointRefName = 253
 )
 
 // Default fills every empty field that has a CRD default, as the API server does for
@@ -138,6 +147,11 @@ func (s *WebhookEndpointSpec) Default() {
 	durationDefault(&s.Retention.PayloadFor, DefaultPayloadFor)
 	durationDefault(&s.Retention.DedupeFor, DefaultDedupeFor)
 	durationDefault(&s.Retention.DeliveredFor, DefaultDeliveredFor)
+}
+
+// Default fills the empty fields of a WebhookReplay's spec that have CRD defaults.
+func (s *WebhookReplaySpec) Default() {
+	valueDefault(&s.Action, DefaultReplayAction)
 }
 
 // Default fills the empty fields of a generic scheme that have CRD defaults.

@@ -22,7 +22,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &WebhookEndpoint{}, &WebhookEndpointList{})
+	s.AddKnownTypes(GroupVersion, &WebhookEndpoint{}, &WebhookEndpointList{}, &WebhookReplay{}, &WebhookReplayList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/replay"
 )
 
 func init() { rootCmd.AddCommand(newDiscardCmd()) }
@@ -57,36 +58,34 @@ func runDiscard(ctx context.Context, f discardFlags, name string, stdout, stderr
 	if err := f.check(name); err != nil {
 		return err
 	}
-	if !f.deadLetters {
-		return errors.New("--dead-letters is required: dead letters are what discard discards")
+	p := replay.Params{
+		Action:      v1alpha1.ReplayActionDiscard,
+		DeadLetters: f.deadLetters,
+		Discard:     outbox.Discard{Actor: f.actor, Reason: f.reason},
 	}
-	why := outbox.Discard{Actor: f.actor, Reason: f.reason}
-	if why.Actor == "" {
-		why.Actor = osUser()
+	if p.Discard.Actor == "" {
+		p.Discard.Actor = osUser()
 	}
 	// Refuse a missing reason or actor before reading the cluster or the database.
-	if err := why.Check(); err != nil {
-		return fmt.Errorf("%w (give --reason, and --actor when the OS user is unknown)", err)
+	if err := p.Check(replay.FlagNames); err != nil {
+		return err
 	}
 	sel, err := f.selection()
 	if err != nil {
 		return err
 	}
+	p.Selection = sel
 	db, err := openEndpointDB(ctx, f.endpointFlags, name)
 	if err != nil {
 		return err
 	}
-	defer db.pool.Close()
-	sel.Endpoint = db.key
-	rep, err := outbox.DiscardDeadLetters(ctx, db.pool, db.tables, sel, why, f.replayOptions("discarded", stdout, stderr))
+	defer db.Pool.Close()
+	p.Options = f.replayOptions("discarded", stdout, stderr)
+	rep, err := replay.Run(ctx, db, p)
 	if err != nil {
 		return err
 	}
-	by := ""
-	if !f.dryRun && rep.Replayed > 0 {
-		by = fmt.Sprintf(" by %s: %s", why.Actor, why.Reason)
-	}
-	_, err = fmt.Fprintf(stdout, "dead letters of %s: %d selected, %d discarded%s%s\n", db.key, rep.Selected, rep.Replayed, by, dryRunNote(f.dryRun))
+	_, err = fmt.Fprintln(stdout, rep.Summary())
 	return err
 }
 

@@ -7,6 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/replay"
 	"github.com/hookkeeper/hookkeeper/internal/retention"
 )
 
@@ -55,33 +58,27 @@ func runErase(ctx context.Context, f eraseFlags, name string, stdout io.Writer) 
 	if err := f.check(name); err != nil {
 		return err
 	}
-	req := retention.Erasure{EntityKey: f.entity, Actor: f.actor, Reason: f.reason, DryRun: f.dryRun}
-	if req.Actor == "" {
-		req.Actor = osUser()
+	p := replay.Params{
+		Action:  v1alpha1.ReplayActionErase,
+		Erasure: retention.Erasure{EntityKey: f.entity, Actor: f.actor, Reason: f.reason},
+		Options: outbox.ReplayOptions{DryRun: f.dryRun},
+	}
+	if p.Erasure.Actor == "" {
+		p.Erasure.Actor = osUser()
 	}
 	// Refuse an incomplete request before reading the cluster or the database.
-	if err := req.Check(); err != nil {
-		return fmt.Errorf("%w (give --entity and --reason, and --actor when the OS user is unknown)", err)
+	if err := p.Check(replay.FlagNames); err != nil {
+		return err
 	}
 	db, err := openEndpointDB(ctx, f.endpointFlags, name)
 	if err != nil {
 		return err
 	}
-	defer db.pool.Close()
-	req.Endpoint = db.key
-	rep, err := retention.Erase(ctx, db.pool, db.tables, req)
+	defer db.Pool.Close()
+	rep, err := replay.Run(ctx, db, p)
 	if err != nil {
 		return err
 	}
-	verb, recorded := "erased", fmt.Sprintf("; recorded as erasure %d by %s: %s", rep.ID, req.Actor, req.Reason)
-	if f.dryRun {
-		verb, recorded = "would erase", ""
-	}
-	_, err = fmt.Fprintf(stdout, "entity %q of %s: %s the payloads of %d receipt(s) and %d delivered or discarded outbox row(s); dedupe records kept%s\n",
-		req.EntityKey, db.key, verb, rep.Receipts, rep.Deliveries, recorded)
-	if err == nil && rep.KeptParked+rep.KeptUndelivered > 0 {
-		_, err = fmt.Fprintf(stdout, "kept %d parked event(s) and %d outbox row(s) not yet delivered (or dead letters): they still need their payloads; erase again once they are settled\n",
-			rep.KeptParked, rep.KeptUndelivered)
-	}
+	_, err = fmt.Fprintln(stdout, rep.Summary())
 	return err
 }

@@ -11,17 +11,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
-	"github.com/hookkeeper/hookkeeper/internal/receipt"
-	"github.com/hookkeeper/hookkeeper/internal/refetch"
-	"github.com/hookkeeper/hookkeeper/internal/store"
+	"github.com/hookkeeper/hookkeeper/internal/replay"
 )
 
 func init() { rootCmd.AddCommand(newReplayCmd()) }
@@ -115,61 +111,32 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	if err := f.check(name); err != nil {
 		return err
 	}
-	if f.deadLetters == f.receipts {
-		return errors.New("choose exactly one of --dead-letters and --receipts")
+	p := replay.Params{
+		Action:      v1alpha1.ReplayActionReplay,
+		DeadLetters: f.deadLetters,
+		Receipts:    f.receipts,
+		Selection:   outbox.Selection{Outcomes: f.outcomes},
 	}
-	if len(f.outcomes) > 0 && !f.receipts {
-		return errors.New("--outcome selects receipts: use it with --receipts")
-	}
-	for _, o := range f.outcomes {
-		if !receipt.Replayable(receipt.Outcome(o)) {
-			return fmt.Errorf("--outcome %q: a replay re-runs only unmatched, guard_failed, guard_error, parked and expired receipts", o)
-		}
+	if err := p.Check(replay.FlagNames); err != nil {
+		return err
 	}
 	sel, err := f.selection()
 	if err != nil {
 		return err
 	}
 	sel.Outcomes = f.outcomes
+	p.Selection = sel
 	db, err := openEndpointDB(ctx, f.endpointFlags, name)
 	if err != nil {
 		return err
 	}
-	defer db.pool.Close()
-	key, tables, pool, we, getenv := db.key, db.tables, db.pool, db.we, db.getenv
-	sel.Endpoint = key
-	opts := f.replayOptions("replayed", stdout, stderr)
-
-	if f.deadLetters {
-		rep, err := outbox.RedriveDeadLetters(ctx, pool, tables, sel, opts)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "dead letters of %s: %d selected, %d re-driven%s\n", key, rep.Selected, rep.Replayed, dryRunNote(f.dryRun))
-		return err
-	}
-
-	var reprocess outbox.Reprocess
-	if !f.dryRun {
-		ep, err := config.Compile(we, getenv)
-		if err != nil {
-			return fmt.Errorf("load endpoint: %w", err)
-		}
-		recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, getenv, refetch.Options{Logger: logr.Discard()})
-		if err != nil {
-			return fmt.Errorf("configure refetch: %w", err)
-		}
-		rec := receipt.NewRecorder(pool, ep, recOpts...)
-		reprocess = func(ctx context.Context, id int64) error {
-			_, err := rec.Reprocess(ctx, id)
-			return err
-		}
-	}
-	rep, err := outbox.ReplayReceipts(ctx, pool, tables, sel, reprocess, opts)
+	defer db.Pool.Close()
+	p.Options = f.replayOptions("replayed", stdout, stderr)
+	rep, err := replay.Run(ctx, db, p)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "receipts of %s: %d selected, %d re-run%s%s\n", key, rep.Selected, rep.Replayed, outcomeSummary(rep.Outcomes), dryRunNote(f.dryRun))
+	_, err = fmt.Fprintln(stdout, rep.Summary())
 	return err
 }
 
@@ -239,39 +206,19 @@ func (f selectionFlags) replayOptions(verb string, stdout, stderr io.Writer) out
 	return opts
 }
 
-// endpointDB is one endpoint's database, opened for a command.
-type endpointDB struct {
-	// key is the endpoint key, namespace/name.
-	key    string
-	tables store.Tables
-	pool   *pgxpool.Pool
-	we     *v1alpha1.WebhookEndpoint
-	// getenv reads the endpoint's secrets (see loadEndpoint).
-	getenv func(string) string
-}
-
 // openEndpointDB loads the endpoint (loadEndpoint) and opens its database. The caller
 // closes the pool.
-func openEndpointDB(ctx context.Context, f endpointFlags, name string) (*endpointDB, error) {
+func openEndpointDB(ctx context.Context, f endpointFlags, name string) (*replay.Endpoint, error) {
 	we, getenv, err := loadEndpoint(ctx, f, name)
 	if err != nil {
 		return nil, err
 	}
-	url := getenv(config.EnvDatabaseURL)
-	if url == "" {
-		return nil, fmt.Errorf("%s is not set", config.EnvDatabaseURL)
+	db, err := replay.Open(ctx, we, getenv)
+	if err != nil && name != "" && f.databaseURL == "" && getenv(config.EnvDatabaseURL) != "" {
+		return nil, fmt.Errorf("%w (the URL in spec.database.urlSecretRef is the one receivers use inside the cluster: "+
+			"from outside it, run kubectl -n %s port-forward to the database and pass --database-url with the local address)", err, we.Namespace)
 	}
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := store.Open(openCtx, url, 4)
-	cancel()
-	if err != nil {
-		if name != "" && f.databaseURL == "" {
-			return nil, fmt.Errorf("open database: %w (the URL in spec.database.urlSecretRef is the one receivers use inside the cluster: "+
-				"from outside it, run kubectl -n %s port-forward to the database and pass --database-url with the local address)", err, we.Namespace)
-		}
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	return &endpointDB{key: we.Namespace + "/" + we.Name, tables: store.TablesIn(we.Spec.Database.Schema), pool: pool, we: we, getenv: getenv}, nil
+	return db, err
 }
 
 // loadEndpoint reads the endpoint, and returns it with where its secrets come
@@ -313,24 +260,4 @@ func parseReplayTime(s string, now time.Time) (time.Time, error) {
 		return now.Add(-d), nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 24h", s)
-}
-
-func dryRunNote(dry bool) string {
-	if dry {
-		return " (dry run: nothing changed)"
-	}
-	return ""
-}
-
-func outcomeSummary(outcomes map[string]int) string {
-	if len(outcomes) == 0 {
-		return ""
-	}
-	var parts []string
-	for _, o := range receipt.Outcomes {
-		if n := outcomes[string(o)]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", o, n))
-		}
-	}
-	return "; now " + strings.Join(parts, ", ")
 }

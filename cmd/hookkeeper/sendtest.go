@@ -98,12 +98,12 @@ func runSendTest(ctx context.Context, f sendTestFlags, name string, out io.Write
 	if err != nil {
 		return err
 	}
-	defer db.pool.Close()
-	ep, err := config.Compile(db.we, db.getenv)
+	defer db.Pool.Close()
+	ep, err := config.Compile(db.WE, db.Getenv)
 	if err != nil {
 		return fmt.Errorf("load endpoint: %w", err)
 	}
-	secret, index, err := currentSigningSecret(db.we, db.getenv, time.Now())
+	secret, index, err := currentSigningSecret(db.WE, db.Getenv, time.Now())
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func runSendTest(ctx context.Context, f sendTestFlags, name string, out io.Write
 	}
 	d, err = provider.Sign(ep.Spec.Provider, secret, d)
 	if errors.Is(err, provider.ErrCannotSign) {
-		return fmt.Errorf("send-test cannot sign for %s: %w", db.key, err)
+		return fmt.Errorf("send-test cannot sign for %s: %w", db.Key, err)
 	}
 	if err != nil {
 		// The secret's index, never its value.
@@ -134,11 +134,11 @@ func runSendTest(ctx context.Context, f sendTestFlags, name string, out io.Write
 	target := f.url
 	via := ""
 	if target == "" {
-		if target, via, err = resolveReceiverURL(ctx, f.kube, db.we); err != nil {
+		if target, via, err = resolveReceiverURL(ctx, f.kube, db.WE); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "endpoint:  %s (%s, signed with spec.signingSecrets[%d])\n", db.key, ep.Spec.Provider.Type, index)
+	fmt.Fprintf(out, "endpoint:  %s (%s, signed with spec.signingSecrets[%d])\n", db.Key, ep.Spec.Provider.Type, index)
 	for _, ev := range events {
 		fmt.Fprintf(out, "event:     id %s, type %s, entity %s\n", ev.ID, ev.Type, orNone(ev.EntityKey))
 	}
@@ -155,7 +155,7 @@ func runSendTest(ctx context.Context, f sendTestFlags, name string, out io.Write
 	deadline := time.Now().Add(f.timeout)
 	delivered := true
 	for _, ev := range events {
-		ok, err := followEvent(ctx, out, db.pool, ep, ev, deadline)
+		ok, err := followEvent(ctx, out, db.Pool, ep, ev, deadline)
 		if err != nil {
 			return err
 		}

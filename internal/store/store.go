@@ -42,6 +42,8 @@ type Tables struct {
 	DeadLetterDiscards string
 	// Erasures records each erasure of an entity's payloads.
 	Erasures string
+	// ReplayRuns records each WebhookReplay's run, so it runs once.
+	ReplayRuns string
 }
 
 // TablesIn returns the table names inside schema.
@@ -57,6 +59,7 @@ func TablesIn(schema string) Tables {
 		SinkState:          q("sink_state"),
 		DeadLetterDiscards: q("dead_letter_discards"),
 		Erasures:           q("erasures"),
+		ReplayRuns:         q("replay_runs"),
 	}
 }
 
