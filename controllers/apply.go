@@ -12,19 +12,24 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
-// apply server-side applies obj (a fully specified desired object from
-// internal/resources) under FieldOwner with ep as its controller owner, and returns the
-// live object as the API server answered. Applying an unchanged object is a no-op on
-// the server: the resourceVersion does not move.
+// apply server-side applies obj with ep as its controller owner (applyOwned).
 func (r *WebhookEndpointReconciler) apply(ctx context.Context, ep *v1alpha1.WebhookEndpoint, obj client.Object) (*unstructured.Unstructured, error) {
-	if err := controllerutil.SetControllerReference(ep, obj, r.Scheme); err != nil {
+	return applyOwned(ctx, r.Client, r.Scheme, ep, obj)
+}
+
+// applyOwned server-side applies obj (a fully specified desired object from
+// internal/resources) under FieldOwner with owner as its controller owner, and returns
+// the live object as the API server answered. Applying an unchanged object is a no-op
+// on the server: the resourceVersion does not move.
+func applyOwned(ctx context.Context, c client.Client, scheme *runtime.Scheme, owner, obj client.Object) (*unstructured.Unstructured, error) {
+	if err := controllerutil.SetControllerReference(owner, obj, scheme); err != nil {
 		return nil, fmt.Errorf("set owner of %T %s: %w", obj, obj.GetName(), err)
 	}
 	u, err := toApplyObject(obj)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
 		client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return nil, fmt.Errorf("apply %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
@@ -70,29 +75,34 @@ func pruneNulls(v any) {
 	}
 }
 
-// deleteOwned deletes obj (named, with apiVersion/kind set) if it exists and ep controls
-// it; an object of the same name that someone else owns is left alone. A kind that is not
-// installed has nothing to delete.
+// deleteOwned deletes obj if ep controls it (deleteIfOwned).
 func (r *WebhookEndpointReconciler) deleteOwned(ctx context.Context, ep *v1alpha1.WebhookEndpoint, obj client.Object) error {
+	return deleteIfOwned(ctx, r.Client, r.reader(), ep, obj)
+}
+
+// deleteIfOwned deletes obj (named, with apiVersion/kind set) if it exists and owner
+// controls it; an object of the same name that someone else owns is left alone. A kind
+// that is not installed has nothing to delete.
+func deleteIfOwned(ctx context.Context, c client.Client, reader client.Reader, owner, obj client.Object) error {
 	key := client.ObjectKeyFromObject(obj)
-	if err := r.reader().Get(ctx, key, obj); err != nil {
+	if err := reader.Get(ctx, key, obj); err != nil {
 		if client.IgnoreNotFound(err) == nil || isNotInstalled(err) {
 			return nil
 		}
 		return fmt.Errorf("get %T %s: %w", obj, key, err)
 	}
-	if !metav1IsControlledBy(obj, ep) {
+	if !metav1IsControlledBy(obj, owner) {
 		return nil
 	}
-	if err := r.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+	if err := c.Delete(ctx, obj, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete %T %s: %w", obj, key, err)
 	}
 	return nil
 }
 
-func metav1IsControlledBy(obj client.Object, ep *v1alpha1.WebhookEndpoint) bool {
+func metav1IsControlledBy(obj, owner client.Object) bool {
 	for _, ref := range obj.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller && ref.UID == ep.UID {
+		if ref.Controller != nil && *ref.Controller && ref.UID == owner.GetUID() {
 			return true
 		}
 	}

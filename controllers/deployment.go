@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,9 +32,13 @@ func (r *WebhookEndpointReconciler) reconcileServiceAccount(ctx context.Context,
 	return err
 }
 
-// reconcileDeployment applies the receiver Deployment and reads its availability.
+// reconcileDeployment applies the receiver Deployment and reads its availability; a
+// pooled endpoint has none (reconcilePooled).
 func (r *WebhookEndpointReconciler) reconcileDeployment(ctx context.Context, st *state) error {
 	ep := st.ep
+	if ep.Spec.Receiver.PoolRef != nil {
+		return r.reconcilePooled(ctx, st)
+	}
 	desired := resources.Deployment(ep, r.resourceOptions(st))
 
 	current := &appsv1.Deployment{}
@@ -122,8 +127,11 @@ func (r *WebhookEndpointReconciler) receiverAvailability(ctx context.Context, st
 	}
 }
 
-// reconcileService applies the receiver Service.
+// reconcileService applies the receiver Service (a pool's serves a pooled endpoint).
 func (r *WebhookEndpointReconciler) reconcileService(ctx context.Context, st *state) error {
+	if st.ep.Spec.Receiver.PoolRef != nil {
+		return nil
+	}
 	_, err := r.apply(ctx, st.ep, resources.Service(st.ep))
 	if err == nil {
 		st.url = resources.InClusterURL(st.ep)
@@ -131,12 +139,27 @@ func (r *WebhookEndpointReconciler) reconcileService(ctx context.Context, st *st
 	return err
 }
 
-// reconcilePDB keeps a PodDisruptionBudget only while there is more than one replica.
+// reconcilePDB keeps a PodDisruptionBudget only while there is more than one replica,
+// and a HorizontalPodAutoscaler only with spec.receiver.autoscaling.
 func (r *WebhookEndpointReconciler) reconcilePDB(ctx context.Context, st *state) error {
-	desired := resources.PodDisruptionBudget(st.ep)
-	if resources.WantsPDB(st.ep, r.resourceOptions(st)) {
-		_, err := r.apply(ctx, st.ep, desired)
+	if st.ep.Spec.Receiver.PoolRef != nil {
+		return nil
+	}
+	rec := resources.EndpointReceivers(st.ep, r.resourceOptions(st))
+	pdb := rec.PodDisruptionBudget()
+	var err error
+	if rec.WantsPDB() {
+		_, err = r.apply(ctx, st.ep, pdb)
+	} else {
+		err = r.deleteOwned(ctx, st.ep, &policyv1.PodDisruptionBudget{ObjectMeta: pdb.ObjectMeta})
+	}
+	if err != nil {
 		return err
 	}
-	return r.deleteOwned(ctx, st.ep, &policyv1.PodDisruptionBudget{ObjectMeta: desired.ObjectMeta})
+	if hpa := rec.HorizontalPodAutoscaler(); hpa != nil {
+		_, err = r.apply(ctx, st.ep, hpa)
+		return err
+	}
+	return r.deleteOwned(ctx, st.ep, &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: rec.Name, Namespace: rec.Namespace}})
 }

@@ -24,7 +24,9 @@ var httpRouteGVK = schema.GroupVersionKind{Group: gatewayv1.GroupName, Version: 
 // is accepted (or the Ingress has an address), the in-cluster URL otherwise.
 func (r *WebhookEndpointReconciler) reconcileExposure(ctx context.Context, st *state) error {
 	ep := st.ep
-	st.url = resources.InClusterURL(ep)
+	if ep.Spec.Receiver.PoolRef == nil {
+		st.url = resources.InClusterURL(ep)
+	} // else the pool's URL, set by reconcilePooled (a pooled endpoint is not exposed)
 	var wantRoute, wantIngress bool
 	if ex := ep.Spec.Exposure; ex != nil {
 		wantRoute, wantIngress = ex.HTTPRoute != nil, ex.Ingress != nil

@@ -130,7 +130,7 @@ func (r *WebhookEndpointReconciler) reconcileSteps(ctx context.Context, st *stat
 		{"sink health", r.reconcileSinkHealth},
 		{"deployment", r.reconcileDeployment},
 		{"service", r.reconcileService},
-		{"pod disruption budget", r.reconcilePDB},
+		{"disruption budget and autoscaler", r.reconcilePDB},
 		{"monitoring", r.reconcileMonitoring},
 		{"exposure", r.reconcileExposure},
 		{"network policy", r.reconcileNetworkPolicy},

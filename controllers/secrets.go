@@ -53,36 +53,12 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 	if next, ok := resources.NextExpiry(ep, st.now); ok {
 		st.requeue(next.Add(expiryMargin))
 	}
-	values := make(map[string][]byte, len(st.rendered.Refs))
-	secrets := map[string]*corev1.Secret{}
-	for _, ref := range st.rendered.Refs {
-		secret, ok := secrets[ref.Name]
-		if !ok {
-			secret = &corev1.Secret{}
-			// Read from the API server: the manager caches Secret metadata only.
-			err := r.reader().Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: ref.Name}, secret)
-			if client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("get Secret %s/%s: %w", ep.Namespace, ref.Name, err)
-			}
-			if err != nil {
-				return r.secretsUnresolved(st, ReasonSecretNotFound, fmt.Sprintf(
-					"Secret %s/%s not found (referenced by %s); create it or fix the reference",
-					ep.Namespace, ref.Name, ref.Field))
-			}
-			secrets[ref.Name] = secret
-		}
-		value, found := secret.Data[ref.Key]
-		if !found {
-			return r.secretsUnresolved(st, ReasonKeyNotFound, fmt.Sprintf(
-				"Secret %s/%s has no key %q (referenced by %s)",
-				ep.Namespace, ref.Name, ref.Key, ref.Field))
-		}
-		if len(value) == 0 {
-			return r.secretsUnresolved(st, ReasonSecretEmpty, fmt.Sprintf(
-				"Secret %s/%s key %q is empty (referenced by %s); an empty secret never verifies",
-				ep.Namespace, ref.Name, ref.Key, ref.Field))
-		}
-		values[ref.Name+"/"+ref.Key] = value
+	values, problem, err := secretValues(ctx, r.reader(), ep.Namespace, st.rendered.Refs)
+	if err != nil {
+		return err
+	}
+	if problem != nil {
+		return r.secretsUnresolved(st, problem.reason, problem.message)
 	}
 	key, err := r.hashKey(ctx)
 	if err != nil {
@@ -115,6 +91,46 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 	st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionTrue, ReasonResolved,
 		fmt.Sprintf("%d active signing secret(s); every referenced Secret key is present", len(st.rendered.ActiveSecrets)))
 	return nil
+}
+
+// secretProblem is a referenced Secret key a person must fix: missing, or empty.
+type secretProblem struct{ reason, message string }
+
+// secretValues reads every Secret key refs name, in namespace ns, from the API server
+// (the manager caches Secret metadata only), keyed "secret/key". A missing Secret, key
+// or empty value is a problem, whose message names the referenced key only, never the
+// other keys a Secret holds; err is for failures of the API itself.
+func secretValues(ctx context.Context, reader client.Reader, ns string, refs []resources.SecretRef) (map[string][]byte, *secretProblem, error) {
+	values := make(map[string][]byte, len(refs))
+	secrets := map[string]*corev1.Secret{}
+	for _, ref := range refs {
+		secret, ok := secrets[ref.Name]
+		if !ok {
+			secret = &corev1.Secret{}
+			err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, secret)
+			if client.IgnoreNotFound(err) != nil {
+				return nil, nil, fmt.Errorf("get Secret %s/%s: %w", ns, ref.Name, err)
+			}
+			if err != nil {
+				return nil, &secretProblem{ReasonSecretNotFound, fmt.Sprintf(
+					"Secret %s/%s not found (referenced by %s); create it or fix the reference",
+					ns, ref.Name, ref.Field)}, nil
+			}
+			secrets[ref.Name] = secret
+		}
+		value, found := secret.Data[ref.Key]
+		if !found {
+			return nil, &secretProblem{ReasonKeyNotFound, fmt.Sprintf(
+				"Secret %s/%s has no key %q (referenced by %s)", ns, ref.Name, ref.Key, ref.Field)}, nil
+		}
+		if len(value) == 0 {
+			return nil, &secretProblem{ReasonSecretEmpty, fmt.Sprintf(
+				"Secret %s/%s key %q is empty (referenced by %s); an empty secret never verifies",
+				ns, ref.Name, ref.Key, ref.Field)}, nil
+		}
+		values[ref.Name+"/"+ref.Key] = value
+	}
+	return values, nil, nil
 }
 
 func (r *WebhookEndpointReconciler) secretsUnresolved(st *state, reason, msg string) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -51,11 +52,14 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&networkingv1.Ingress{}).
 		// Metadata only: a changed resourceVersion is all the watch needs to say, and the
 		// cache then holds no Secret values (see CacheOptions).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
+		// A pooled endpoint's ReceiverAvailable follows its pool's status.
+		Watches(&v1alpha1.WebhookReceiverPool{}, handler.EnqueueRequestsFromMapFunc(r.endpointsOfPool)).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("build WebhookEndpoint controller: %w", err)
@@ -101,7 +105,8 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
-// Setup wires a WebhookEndpointReconciler and a WebhookReplayReconciler into mgr with
+// Setup wires a WebhookEndpointReconciler, a WebhookReceiverPoolReconciler and a
+// WebhookReplayReconciler into mgr with
 // the manager's client, scheme, API reader and an events.k8s.io recorder: the one call
 // the manager command and the local dev cluster make.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -113,6 +118,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Options:   opts,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	pools := &WebhookReceiverPoolReconciler{
+		Client:    mgr.GetClient(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder(FieldOwner),
+		APIReader: mgr.GetAPIReader(),
+		Options:   opts,
+	}
+	if err := pools.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	replays := &WebhookReplayReconciler{

@@ -312,9 +312,15 @@ func (e *env) completeJob(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
 // is updated and available.
 func (e *env) makeAvailable(t *testing.T, ep *v1alpha1.WebhookEndpoint) *appsv1.Deployment {
 	t.Helper()
+	return e.makeDeploymentAvailable(t, key(ep.Namespace, resources.ReceiverName(ep)))
+}
+
+// makeDeploymentAvailable plays the Deployment controller for the Deployment at k.
+func (e *env) makeDeploymentAvailable(t *testing.T, k client.ObjectKey) *appsv1.Deployment {
+	t.Helper()
 	d := &appsv1.Deployment{}
 	NewWithT(t).Eventually(func(g Gomega) {
-		g.Expect(e.k8s.Get(e.ctx, key(ep.Namespace, resources.ReceiverName(ep)), d)).To(Succeed())
+		g.Expect(e.k8s.Get(e.ctx, k, d)).To(Succeed())
 		n := *d.Spec.Replicas
 		d.Status = appsv1.DeploymentStatus{
 			ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,

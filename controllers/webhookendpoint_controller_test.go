@@ -47,6 +47,8 @@ func TestWebhookEndpointController(t *testing.T) {
 	t.Run("IngressExposure", e.testIngress)
 	t.Run("MonitoringOnlyWithCRDs", e.testMonitoring)
 	t.Run("HTTPRouteExposure", e.testHTTPRoute)
+	t.Run("ReceiverPoolServesItsEndpoints", e.testReceiverPool)
+	t.Run("DedicatedReceiversAutoscale", e.testAutoscaling)
 	// Last: it checks what the manager did through its cache in every scenario above.
 	t.Run("SecretsCachedAsMetadataOnly", e.testSecretsNotCached)
 }

@@ -36,6 +36,9 @@ const (
 	DefaultOrdering          = OrderingPerEntity
 	DefaultConcurrency       = 16
 	DefaultReplicas          = 2
+	// DefaultMinReplicas and DefaultTargetCPUUtilization are autoscaling's defaults.
+	DefaultMinReplicas          = 2
+	DefaultTargetCPUUtilization = 70
 	DefaultReceiverPath      = "/"
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultMaxInFlight       = 64
@@ -133,6 +136,9 @@ func (s *WebhookEndpointSpec) Default() {
 
 	r := &s.Receiver
 	pointerDefault(&r.Replicas, DefaultReplicas)
+	if a := r.Autoscaling; a != nil {
+		a.Default()
+	}
 	valueDefault(&r.Path, DefaultReceiverPath)
 	valueDefault(&r.MaxBodyBytes, DefaultMaxBodyBytes)
 	valueDefault(&r.MaxInFlight, DefaultMaxInFlight)
@@ -152,6 +158,20 @@ func (s *WebhookEndpointSpec) Default() {
 // Default fills the empty fields of a WebhookReplay's spec that have CRD defaults.
 func (s *WebhookReplaySpec) Default() {
 	valueDefault(&s.Action, DefaultReplayAction)
+}
+
+// Default fills the empty fields of a pool that have CRD defaults.
+func (s *WebhookReceiverPoolSpec) Default() {
+	pointerDefault(&s.Replicas, DefaultReplicas)
+	if a := s.Autoscaling; a != nil {
+		a.Default()
+	}
+}
+
+// Default fills the empty fields of an autoscaling spec that have CRD defaults.
+func (a *AutoscalingSpec) Default() {
+	pointerDefault(&a.MinReplicas, DefaultMinReplicas)
+	pointerDefault(&a.TargetCPUUtilizationPercentage, DefaultTargetCPUUtilization)
 }
 
 // Default fills the empty fields of a generic scheme that have CRD defaults.

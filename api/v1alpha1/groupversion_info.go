@@ -22,7 +22,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &WebhookEndpoint{}, &WebhookEndpointList{}, &WebhookReplay{}, &WebhookReplayList{})
+	s.AddKnownTypes(GroupVersion, &WebhookEndpoint{}, &WebhookEndpointList{}, &WebhookReplay{}, &WebhookReplayList{},
+		&WebhookReceiverPool{}, &WebhookReceiverPoolList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

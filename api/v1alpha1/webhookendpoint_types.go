@@ -580,6 +580,7 @@ type DeliverySpec struct {
 }
 
 // ReceiverSpec shapes the receiver Deployment.
+// +kubebuilder:validation:XValidation:rule="!has(self.poolRef) || !has(self.autoscaling)",message="receiver.autoscaling applies to an endpoint's own receivers: a pooled endpoint scales with its pool (spec.autoscaling of the WebhookReceiverPool)"
 type ReceiverSpec struct {
 	// replicas of the receiver; a PodDisruptionBudget is created when more than one.
 	// +kubebuilder:default=2
@@ -613,6 +614,15 @@ type ReceiverSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
+	// poolRef has a WebhookReceiverPool of this namespace serve the endpoint, at
+	// /<name> followed by path, instead of a Deployment of its own; replicas,
+	// resources, image and autoscaling are then the pool's. The endpoint's schema and
+	// outbox stay its own, so moving it in or out of a pool loses nothing.
+	// +optional
+	PoolRef *PoolReference `json:"poolRef,omitempty"`
+	// autoscaling hands the dedicated receivers' replicas to a HorizontalPodAutoscaler.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
 }
 
 // ToggleSpec switches an optional object on or off.
@@ -768,6 +778,7 @@ type ExposureSpec struct {
 // An Ingress forwards the request path unchanged and the receiver serves receiver.path
 // only, so exposure.ingress.path must be empty or equal to it.
 // +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || size(self.exposure.ingress.path) == 0 || self.exposure.ingress.path == (has(self.receiver) && has(self.receiver.path) ? self.receiver.path : '/')",message="exposure.ingress.path must be empty or equal to receiver.path: an Ingress does not rewrite paths and the receiver answers 404 on any other path; set receiver.path to the public path instead",fieldPath=".exposure.ingress.path"
+// +kubebuilder:validation:XValidation:rule="!has(self.receiver) || !has(self.receiver.poolRef) || !has(self.exposure)",message="exposure is not supported for an endpoint served by a pool (receiver.poolRef) yet: providers reach it through the pool's Service at /<name>; remove exposure or poolRef"
 type WebhookEndpointSpec struct {
 	// provider selects the signature scheme and presets.
 	Provider ProviderSpec `json:"provider"`

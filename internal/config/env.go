@@ -22,6 +22,11 @@ const (
 	EnvPodIP = "POD_IP"
 	// EnvSinkURL overrides spec.delivery.sink; the operator resolves serviceRef into it.
 	EnvSinkURL = "HOOKKEEPER_SINK_URL"
+	// EnvPodName is the pod's name (the downward API's metadata.name), which a pool's
+	// receivers report their endpoints' health under.
+	EnvPodName = "POD_NAME"
+	// EnvPool is the name of the WebhookReceiverPool a pool's receivers serve.
+	EnvPool = "HOOKKEEPER_POOL"
 )
 
 // Ports of the receiver pod. The webhook port is the only one a route may expose; the

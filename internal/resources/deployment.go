@@ -54,10 +54,62 @@ func receiverEnv(ep *v1alpha1.WebhookEndpoint, opts Options) []corev1.EnvVar {
 	return env
 }
 
+// Receivers describes one Deployment of receiver pods and the objects around it:
+// an endpoint's own (EndpointReceivers) or a pool's (PoolReceivers). The builders
+// below (Deployment, Service, ServiceAccount, PodDisruptionBudget,
+// HorizontalPodAutoscaler) read only this, so both are built by the same code.
+type Receivers struct {
+	// Name of the Deployment, Service, ServiceAccount, PDB and HPA.
+	Name, Namespace string
+	// Labels go on every object; Selector selects the pods (immutable).
+	Labels, Selector map[string]string
+	Image            string
+	// Replicas when Autoscaling is nil.
+	Replicas    int32
+	Autoscaling *v1alpha1.AutoscalingSpec
+	Resources   corev1.ResourceRequirements
+	// Args follow "receiver" and the drain and shutdown flags.
+	Args []string
+	Env  []corev1.EnvVar
+	// Volumes and Mounts beyond /tmp.
+	Volumes []corev1.Volume
+	Mounts  []corev1.VolumeMount
+	// FSGroup owns mounted Secret files, so the non-root receiver can read them.
+	FSGroup *int64
+	// ConfigHash, when set, annotates the pod template so a change rolls the pods.
+	ConfigHash string
+}
+
+// EndpointReceivers are ep's own receivers: the rendered config and the Secret keys in
+// the environment, rolled when their hash changes.
+func EndpointReceivers(ep *v1alpha1.WebhookEndpoint, opts Options) Receivers {
+	autoscaling := ep.Spec.Receiver.Autoscaling
+	if len(opts.Rendered.ActiveSecrets) == 0 {
+		// Scaled to zero, fail closed (Replicas): no autoscaler may bring pods back.
+		autoscaling = nil
+	}
+	return Receivers{
+		Name: ReceiverName(ep), Namespace: ep.Namespace,
+		Labels: Labels(ep, ComponentReceiver), Selector: SelectorLabels(ep),
+		Image:       image(ep.Spec.Receiver.Image, opts),
+		Replicas:    Replicas(ep, opts),
+		Autoscaling: autoscaling,
+		Resources:   receiverResources(ep.Spec.Receiver.Resources),
+		Env:         receiverEnv(ep, opts),
+		ConfigHash:  opts.ConfigHash,
+	}
+}
+
 // Deployment is the receiver Deployment of ep.
 func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
-	labels := Labels(ep, ComponentReceiver)
+	return EndpointReceivers(ep, opts).Deployment()
+}
+
+// Deployment is the receivers' Deployment. With Autoscaling its replicas are left
+// unset, so the HorizontalPodAutoscaler owns them and the operator never fights it.
+func (r Receivers) Deployment() *appsv1.Deployment {
 	vols, mounts := tmpVolumes()
+	vols, mounts = append(vols, r.Volumes...), append(mounts, r.Mounts...)
 	probe := func(path string, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -69,15 +121,25 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 			SuccessThreshold: 1,
 		}
 	}
+	var replicas *int32
+	if r.Autoscaling == nil {
+		replicas = ptr.To(r.Replicas)
+	}
+	var annotations map[string]string
+	if r.ConfigHash != "" {
+		annotations = map[string]string{AnnotationConfigHash: r.ConfigHash}
+	}
+	podSecurity := podSecurityContext()
+	podSecurity.FSGroup = r.FSGroup
 	return &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: ReceiverName(ep), Namespace: ep.Namespace, Labels: labels,
+			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
 		},
 		Spec: appsv1.DeploymentSpec{
-			Replicas:             ptr.To(Replicas(ep, opts)),
+			Replicas:             replicas,
 			RevisionHistoryLimit: ptr.To[int32](3),
-			Selector:             &metav1.LabelSelector{MatchLabels: SelectorLabels(ep)},
+			Selector:             &metav1.LabelSelector{MatchLabels: r.Selector},
 			Strategy: appsv1.DeploymentStrategy{
 				Type: appsv1.RollingUpdateDeploymentStrategyType,
 				// Keep every ready pod until its replacement is ready: a rotation never
@@ -89,14 +151,14 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
-					Labels:      labels,
-					Annotations: map[string]string{AnnotationConfigHash: opts.ConfigHash},
+					Labels:      r.Labels,
+					Annotations: annotations,
 				},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:            ReceiverName(ep),
+					ServiceAccountName:            r.Name,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
-					SecurityContext:               podSecurityContext(),
+					SecurityContext:               podSecurity,
 					TerminationGracePeriodSeconds: ptr.To(int64(receiverGracePeriod.Seconds())),
 					// Spread replicas over nodes when the scheduler can, so one node going
 					// away does not take every receiver with it.
@@ -104,21 +166,21 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 						MaxSkew:           1,
 						TopologyKey:       corev1.LabelHostname,
 						WhenUnsatisfiable: corev1.ScheduleAnyway,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: SelectorLabels(ep)},
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: r.Selector},
 					}},
 					Volumes: vols,
 					Containers: []corev1.Container{{
 						Name:  ContainerReceiver,
-						Image: image(ep, opts),
+						Image: r.Image,
 						// After SIGTERM the pod keeps serving for the drain delay with
 						// /readyz failing, so Services, Gateways and Ingress controllers stop
 						// routing to it before the listener closes: no delivery meets a
 						// refused connection during a rollout. Drain plus in-flight
 						// shutdown stays inside the grace period.
 						Command: ReceiverCommand,
-						Args: []string{"receiver",
+						Args: append([]string{"receiver",
 							"--drain-delay=" + ReceiverDrainDelay.String(),
-							"--shutdown-timeout=" + receiverShutdownTimeout.String()},
+							"--shutdown-timeout=" + receiverShutdownTimeout.String()}, r.Args...),
 						// A receiver that fails to start writes why (credentials removed)
 						// to its termination message, which the operator reads into
 						// ReceiverAvailable=False CrashLooping; the log's tail otherwise.
@@ -127,8 +189,8 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 							{Name: PortNameHTTP, ContainerPort: config.WebhookPort, Protocol: corev1.ProtocolTCP},
 							{Name: PortNameMetrics, ContainerPort: config.AdminPort, Protocol: corev1.ProtocolTCP},
 						},
-						Env:             receiverEnv(ep, opts),
-						Resources:       receiverResources(ep),
+						Env:             r.Env,
+						Resources:       r.Resources,
 						ReadinessProbe:  probe("/readyz", 3),
 						LivenessProbe:   probe("/healthz", 6),
 						SecurityContext: containerSecurityContext(),

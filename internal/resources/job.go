@@ -16,7 +16,7 @@ import (
 func MigrationHash(key []byte, ep *v1alpha1.WebhookEndpoint, opts Options, databaseURL []byte) string {
 	h := newKeyedHash(key)
 	for _, part := range [][]byte{
-		[]byte(ep.Spec.Database.Schema), []byte(image(ep, opts)),
+		[]byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)),
 		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key),
 		databaseURL,
 	} {
@@ -50,7 +50,7 @@ func MigrationJob(ep *v1alpha1.WebhookEndpoint, opts Options, migrationHash stri
 					Volumes:                      vols,
 					Containers: []corev1.Container{{
 						Name:    ContainerMigrate,
-						Image:   image(ep, opts),
+						Image:   image(ep.Spec.Receiver.Image, opts),
 						Command: ReceiverCommand,
 						Args:    []string{"migrate"},
 						Env: []corev1.EnvVar{

@@ -36,10 +36,11 @@ const (
 // it runs. The image's own entrypoint, /hookkeeper, is the operator's.
 var ReceiverCommand = []string{"/hookkeeper-receiver"}
 
-// image is the image the endpoint's pods run.
-func image(ep *v1alpha1.WebhookEndpoint, opts Options) string {
-	if ep.Spec.Receiver.Image != "" {
-		return ep.Spec.Receiver.Image
+// image is the image receiver pods run: override (spec.receiver.image or a pool's
+// spec.image) or the operator's.
+func image(override string, opts Options) string {
+	if override != "" {
+		return override
 	}
 	return opts.Image
 }
@@ -67,8 +68,8 @@ const (
 	DefaultReceiverMemoryLimit   = "128Mi"
 )
 
-func receiverResources(ep *v1alpha1.WebhookEndpoint) corev1.ResourceRequirements {
-	r := ep.Spec.Receiver.Resources
+// receiverResources are r, or defaultResources when r is empty.
+func receiverResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
 	if len(r.Requests) == 0 && len(r.Limits) == 0 && len(r.Claims) == 0 {
 		return defaultResources()
 	}

@@ -1,0 +1,404 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+// Reasons of a pool's conditions and of a pooled endpoint's ReceiverAvailable.
+const (
+	ReasonPoolNotFound    = "PoolNotFound"
+	ReasonNotLoaded       = "NotLoadedByPool"
+	ReasonMembersNotReady = "MembersNotLoaded"
+)
+
+// WebhookReceiverPoolReconciler runs a pool's receivers: it gathers the rendered config
+// and Secret values of every endpoint of the namespace whose spec.receiver.poolRef names
+// the pool into one Secret the receivers read (resources.PoolEndpoints), and applies the
+// receivers' Deployment, Service and the objects around them with the same builders an
+// endpoint's own receivers use (resources.Receivers).
+type WebhookReceiverPoolReconciler struct {
+	client.Client
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	APIReader client.Reader
+	Options   Options
+}
+
+// +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookreceiverpools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookreceiverpools/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=hookkeeper.dev,resources=webhookreceiverpools/finalizers,verbs=update
+// The pool's endpoints Secret holds copies of its members' Secret values for its
+// receivers, which have no API access: the operator writes Secrets only for pools.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile brings one pool's receivers and endpoints Secret to what its members need
+// and reports them in status.
+func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pool := &v1alpha1.WebhookReceiverPool{}
+	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owned objects go with the garbage collector
+	}
+	original := pool.DeepCopy()
+	now := r.now()
+	members, configs, requeueAt, err := r.gatherMembers(ctx, pool, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rec := resources.PoolReceivers(pool, resources.Options{Image: r.Options.ReceiverImage})
+	deployment, err := r.applyReceivers(ctx, pool, rec, configs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.summarize(pool, members, deployment)
+	if !equality.Semantic.DeepEqual(original.Status, pool.Status) {
+		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("patch status of WebhookReceiverPool %s: %w", req.NamespacedName, err)
+		}
+	}
+	if !requeueAt.IsZero() {
+		return ctrl.Result{RequeueAfter: max(requeueAt.Sub(now), 100*time.Millisecond)}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *WebhookReceiverPoolReconciler) now() time.Time {
+	if r.Options.Now != nil {
+		return r.Options.Now()
+	}
+	return time.Now()
+}
+
+func (r *WebhookReceiverPoolReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// gatherMembers renders every endpoint that names pool. An endpoint whose config is
+// invalid, whose Secrets cannot be read or whose signing secrets all expired is listed
+// as not loaded, with why; the others' configs go to the receivers. requeueAt is the
+// next signing-secret expiry among them.
+func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool *v1alpha1.WebhookReceiverPool, now time.Time) (
+	[]v1alpha1.PoolMember, []resources.PoolMemberConfig, time.Time, error) {
+	var list v1alpha1.WebhookEndpointList
+	if err := r.List(ctx, &list, client.InNamespace(pool.Namespace)); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("list WebhookEndpoints of %s: %w", pool.Namespace, err)
+	}
+	validate := r.Options.Validate
+	if validate == nil {
+		validate = config.Validate
+	}
+	var members []v1alpha1.PoolMember
+	var configs []resources.PoolMemberConfig
+	var requeueAt time.Time
+	for i := range list.Items {
+		ep := &list.Items[i]
+		if ref := ep.Spec.Receiver.PoolRef; ref == nil || ref.Name != pool.Name || !ep.DeletionTimestamp.IsZero() {
+			continue
+		}
+		m := v1alpha1.PoolMember{Name: ep.Name, Path: resources.PoolPath(ep)}
+		mc, why, err := r.member(ctx, ep, now, validate)
+		if err != nil {
+			return nil, nil, time.Time{}, err
+		}
+		if why != "" {
+			m.Message = oneLine(why)
+		} else {
+			m.Loaded = true
+			configs = append(configs, mc)
+		}
+		if next, ok := resources.NextExpiry(ep, now); ok && (requeueAt.IsZero() || next.Before(requeueAt)) {
+			requeueAt = next.Add(expiryMargin)
+		}
+		members = append(members, m)
+	}
+	slices.SortFunc(members, func(a, b v1alpha1.PoolMember) int { return strings.Compare(a.Name, b.Name) })
+	return members, configs, requeueAt, nil
+}
+
+// member renders one endpoint for the pool; why says what keeps it out.
+func (r *WebhookReceiverPoolReconciler) member(ctx context.Context, ep *v1alpha1.WebhookEndpoint, now time.Time,
+	validate func(*v1alpha1.WebhookEndpoint) error) (resources.PoolMemberConfig, string, error) {
+	if err := validate(ep); err != nil {
+		return resources.PoolMemberConfig{}, "invalid config: " + err.Error(), nil
+	}
+	rendered, err := resources.Render(ep, now)
+	if err != nil {
+		return resources.PoolMemberConfig{}, "render: " + err.Error(), nil
+	}
+	if len(rendered.ActiveSecrets) == 0 {
+		return resources.PoolMemberConfig{}, "every spec.signingSecrets entry has passed its expiresAt; add a current secret", nil
+	}
+	values, problem, err := secretValues(ctx, r.reader(), ep.Namespace, rendered.Refs)
+	if err != nil {
+		return resources.PoolMemberConfig{}, "", err
+	}
+	if problem != nil {
+		return resources.PoolMemberConfig{}, problem.message, nil
+	}
+	mc, err := resources.PoolMember(ep, rendered, values)
+	if err != nil {
+		return resources.PoolMemberConfig{}, err.Error(), nil
+	}
+	return mc, "", nil
+}
+
+// applyReceivers applies the endpoints Secret first (the pods mount it), then the
+// ServiceAccount, Deployment and Service, and a PodDisruptionBudget and
+// HorizontalPodAutoscaler when wanted (deleting them otherwise). It returns the
+// Deployment as applied.
+func (r *WebhookReceiverPoolReconciler) applyReceivers(ctx context.Context, pool *v1alpha1.WebhookReceiverPool,
+	rec resources.Receivers, configs []resources.PoolMemberConfig) (*appsv1.Deployment, error) {
+	for _, obj := range []client.Object{resources.PoolEndpoints(pool, configs), rec.ServiceAccount()} {
+		if _, err := applyOwned(ctx, r.Client, r.Scheme, pool, obj); err != nil {
+			return nil, err
+		}
+	}
+	live, err := applyOwned(ctx, r.Client, r.Scheme, pool, rec.Deployment())
+	if err != nil {
+		return nil, err
+	}
+	deployment := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, deployment); err != nil {
+		return nil, fmt.Errorf("read applied Deployment %s: %w", rec.Name, err)
+	}
+	if _, err := applyOwned(ctx, r.Client, r.Scheme, pool, rec.Service()); err != nil {
+		return nil, err
+	}
+	pdb := rec.PodDisruptionBudget()
+	if rec.WantsPDB() {
+		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, pdb)
+	} else {
+		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &policyv1.PodDisruptionBudget{ObjectMeta: pdb.ObjectMeta})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hpa := rec.HorizontalPodAutoscaler(); hpa != nil {
+		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, hpa)
+	} else {
+		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &autoscalingv2.HorizontalPodAutoscaler{
+			ObjectMeta: metav1.ObjectMeta{Name: rec.Name, Namespace: rec.Namespace}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The applied object carries the last status the API server had; read the cached
+	// one for availability, which the Deployment watch keeps current.
+	current := &appsv1.Deployment{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(deployment), current); err == nil {
+		deployment.Status = current.Status
+	}
+	return deployment, nil
+}
+
+// summarize writes the pool's status and its kstatus conditions.
+func (r *WebhookReceiverPoolReconciler) summarize(pool *v1alpha1.WebhookReceiverPool, members []v1alpha1.PoolMember, d *appsv1.Deployment) {
+	st := &pool.Status
+	st.ObservedGeneration = pool.Generation
+	st.URL = resources.PoolURL(pool)
+	st.Endpoints = members
+	st.EndpointCount = int32(len(members)) //nolint:gosec // bounded by the namespace's endpoints
+	st.Replicas, st.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
+			Message: oneLine(msg), ObservedGeneration: pool.Generation})
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	available := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas >= want && d.Status.AvailableReplicas >= want
+	if available {
+		set(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable,
+			fmt.Sprintf("%d of %d replicas available and up to date", d.Status.AvailableReplicas, want))
+	} else {
+		set(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
+			fmt.Sprintf("Deployment %s has %d of %d replicas updated and %d available", d.Name,
+				d.Status.UpdatedReplicas, want, d.Status.AvailableReplicas))
+	}
+	var notLoaded []string
+	for _, m := range members {
+		if !m.Loaded {
+			notLoaded = append(notLoaded, m.Name+": "+m.Message)
+		}
+	}
+	switch {
+	case !available:
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonProgressing, "the pool's receivers are rolling out")
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, "waiting for the pool's receivers")
+	case len(notLoaded) > 0:
+		// The pool serves the others; the endpoints' own conditions say what to fix.
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonMembersNotReady,
+			fmt.Sprintf("%d of %d endpoint(s) served; not loaded: %s", len(members)-len(notLoaded), len(members), strings.Join(notLoaded, "; ")))
+		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, ReasonReady, "")
+	default:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("%d endpoint(s) served", len(members)))
+		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, ReasonReady, "")
+	}
+	set(v1alpha1.ConditionStalled, metav1.ConditionFalse, ReasonReady, "")
+}
+
+// SetupWithManager watches pools, the objects they own, the endpoints that name them
+// and the Secrets those endpoints reference (metadata only, through the endpoints'
+// Secret index).
+func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Scheme == nil {
+		r.Scheme = mgr.GetScheme()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("webhookreceiverpool").
+		For(&v1alpha1.WebhookReceiverPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		Watches(&v1alpha1.WebhookEndpoint{}, handler.EnqueueRequestsFromMapFunc(poolOfEndpoint)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.poolsForSecret)).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("build WebhookReceiverPool controller: %w", err)
+	}
+	return nil
+}
+
+// poolOfEndpoint maps an endpoint to the pool it names (old and new object both pass
+// here on an update, so leaving a pool reconciles the pool left).
+func poolOfEndpoint(_ context.Context, obj client.Object) []reconcile.Request {
+	ep, ok := obj.(*v1alpha1.WebhookEndpoint)
+	if !ok || ep.Spec.Receiver.PoolRef == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: ep.Namespace, Name: ep.Spec.Receiver.PoolRef.Name}}}
+}
+
+// poolsForSecret maps a Secret to the pools of the endpoints that reference it.
+func (r *WebhookReceiverPoolReconciler) poolsForSecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.WebhookEndpointList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{referenceIndexField: obj.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "list endpoints referencing a Secret", "secret", obj.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		for _, req := range poolOfEndpoint(ctx, &list.Items[i]) {
+			if !slices.Contains(reqs, req) {
+				reqs = append(reqs, req)
+			}
+		}
+	}
+	return reqs
+}
+
+// reconcilePooled is the receiver step of an endpoint a pool serves: its own
+// Deployment, Service and PodDisruptionBudget go (the pool's receivers serve it), and
+// ReceiverAvailable and the URL come from the pool.
+func (r *WebhookEndpointReconciler) reconcilePooled(ctx context.Context, st *state) error {
+	ep := st.ep
+	opts := r.resourceOptions(st)
+	own := resources.EndpointReceivers(ep, opts)
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: own.Namespace}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: own.Namespace}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: own.Namespace}},
+		&autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: own.Namespace}},
+	} {
+		if err := r.deleteOwned(ctx, ep, obj); err != nil {
+			return err
+		}
+	}
+	name := ep.Spec.Receiver.PoolRef.Name
+	pool := &v1alpha1.WebhookReceiverPool{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: name}, pool); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("get WebhookReceiverPool %s/%s: %w", ep.Namespace, name, err)
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonPoolNotFound, fmt.Sprintf(
+			"spec.receiver.poolRef names WebhookReceiverPool %s, which does not exist in namespace %s; create it or remove poolRef",
+			name, ep.Namespace))
+		return errStop
+	}
+	st.url = resources.PoolURL(pool) + resources.PoolPath(ep)
+	var member *v1alpha1.PoolMember
+	for i := range pool.Status.Endpoints {
+		if pool.Status.Endpoints[i].Name == ep.Name {
+			member = &pool.Status.Endpoints[i]
+		}
+	}
+	poolAvailable := meta.IsStatusConditionTrue(pool.Status.Conditions, v1alpha1.ConditionReceiverAvailable)
+	switch {
+	case member == nil:
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
+			fmt.Sprintf("waiting for WebhookReceiverPool %s to take the endpoint in", name))
+	case !member.Loaded:
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonNotLoaded,
+			fmt.Sprintf("WebhookReceiverPool %s does not serve the endpoint: %s", name, member.Message))
+	case !poolAvailable:
+		c := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReceiverAvailable)
+		msg := "its receivers are not available yet"
+		if c != nil {
+			msg = c.Message
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonUnavailable,
+			fmt.Sprintf("WebhookReceiverPool %s: %s", name, msg))
+	default:
+		if st.transitioned(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable) {
+			r.event(ep, corev1.EventTypeNormal, EventReceiverAvailable, "Rollout",
+				"served by WebhookReceiverPool %s at %s", name, resources.PoolPath(ep))
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable,
+			fmt.Sprintf("served by WebhookReceiverPool %s at %s (%d replica(s) ready)", name, resources.PoolPath(ep), pool.Status.ReadyReplicas))
+	}
+	return nil
+}
+
+// endpointsOfPool maps a pool to the endpoints that name it.
+func (r *WebhookEndpointReconciler) endpointsOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.WebhookEndpointList
+	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		log.FromContext(ctx).Error(err, "list endpoints of a pool", "pool", obj.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, ep := range list.Items {
+		if ref := ep.Spec.Receiver.PoolRef; ref != nil && ref.Name == obj.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ep)})
+		}
+	}
+	return reqs
+}

@@ -1,0 +1,196 @@
+package controllers_test
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/controllers"
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+func (e *env) pool(g Gomega, ns, name string) *v1alpha1.WebhookReceiverPool {
+	p := &v1alpha1.WebhookReceiverPool{}
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, key(ns, name), p)).To(Succeed())
+	return p
+}
+
+func pooled(ns, name, pool string) *v1alpha1.WebhookEndpoint {
+	ep := validEndpoint(ns, name)
+	ep.Spec.Receiver.PoolRef = &v1alpha1.PoolReference{Name: pool}
+	return ep
+}
+
+// poolFiles reads the pool's endpoints Secret: file name to content.
+func (e *env) poolFiles(g Gomega, p *v1alpha1.WebhookReceiverPool) map[string]string {
+	s := &corev1.Secret{}
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, key(p.Namespace, resources.PoolEndpointsSecret(p)), s)).To(Succeed())
+	files := map[string]string{}
+	for k, v := range s.Data {
+		files[k] = string(v)
+	}
+	return files
+}
+
+// testReceiverPool: a pool serves the endpoints that name it from one Deployment that
+// reads them from a Secret; the endpoints get no Deployment of their own, take their
+// URL and availability from the pool, and a pool lists each member (a member whose
+// Secret is missing is listed as not loaded, with why, and the others are served). A
+// Secret rotation reaches the pool's Secret without rolling its pods; an endpoint that
+// leaves the pool gets its receivers back; an endpoint naming a missing pool says so.
+func (e *env) testReceiverPool(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns}}
+	g.Expect(e.k8s.Create(e.ctx, p)).To(Succeed())
+	a := e.create(t, pooled(ns, "orders", "shared"))
+	b := e.create(t, pooled(ns, "refunds", "shared"))
+	broken := pooled(ns, "broken", "shared")
+	broken.Spec.SigningSecrets[0].SecretKeyRef = keyRef("absent", "current")
+	e.create(t, broken)
+
+	// One Deployment for the pool, reading its endpoints from the mounted Secret.
+	d := &appsv1.Deployment{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--endpoints-dir=" + resources.PoolEndpointsDir))
+	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", resources.PoolEndpointsSecret(p))))
+	g.Expect(*d.Spec.Replicas).To(Equal(int32(v1alpha1.DefaultReplicas)))
+	g.Expect(*d.Spec.Template.Spec.AutomountServiceAccountToken).To(BeFalse())
+	for _, env := range d.Spec.Template.Spec.Containers[0].Env {
+		g.Expect(env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil).To(BeTrue(), "no Secret in the pool's env: %+v", env)
+	}
+	g.Eventually(func(g Gomega) {
+		files := e.poolFiles(g, p)
+		g.Expect(files).To(HaveKey("orders.json"))
+		g.Expect(files).To(HaveKey("refunds.json"))
+		g.Expect(files).NotTo(HaveKey("broken.json"))
+		g.Expect(files["orders.env"]).To(ContainSubstring(config.EnvDatabaseURL + "=postgres://app@db.example:5432/app\n"))
+		g.Expect(files["orders.env"]).To(ContainSubstring(config.EnvSigningSecretPrefix + "0=whsec_current\n"))
+		g.Expect(files["orders.json"]).To(ContainSubstring(`"name":"orders"`))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// No receivers of their own.
+	for _, ep := range []*v1alpha1.WebhookEndpoint{a, b} {
+		e.completeJob(t, ep)
+		err := e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &appsv1.Deployment{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a pooled endpoint has no Deployment: %v", err)
+	}
+	e.waitCondition(t, a, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonUnavailable)
+
+	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p)))
+	cur := e.waitCondition(t, a, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	g.Expect(cur.Status.URL).To(Equal("http://shared-pool." + ns + ".svc/orders/stripe"))
+	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("served by WebhookReceiverPool shared at /orders/stripe"))
+	e.waitCondition(t, broken, v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, controllers.ReasonSecretNotFound)
+
+	g.Eventually(func(g Gomega) {
+		cur := e.pool(g, ns, "shared")
+		g.Expect(cur.Status.EndpointCount).To(Equal(int32(3)))
+		g.Expect(cur.Status.URL).To(Equal("http://shared-pool." + ns + ".svc"))
+		g.Expect(cur.Status.Endpoints).To(HaveLen(3))
+		g.Expect(cur.Status.Endpoints[0]).To(And(HaveField("Name", "broken"), HaveField("Loaded", false),
+			HaveField("Message", ContainSubstring("Secret "+ns+"/absent not found"))))
+		g.Expect(cur.Status.Endpoints[1]).To(And(HaveField("Name", "orders"), HaveField("Loaded", true), HaveField("Path", "/orders/stripe")))
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(ready.Reason).To(Equal(controllers.ReasonMembersNotReady))
+		g.Expect(ready.Message).To(ContainSubstring("2 of 3 endpoint(s) served"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// A rotation reaches the pool's Secret; the pool's pods do not roll.
+	template := d.Spec.Template.DeepCopy()
+	stripe := &corev1.Secret{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, "stripe"), stripe)).To(Succeed())
+	stripe.Data["current"] = []byte("whsec_rotated")
+	g.Expect(e.k8s.Update(e.ctx, stripe)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.poolFiles(g, p)["orders.env"]).To(ContainSubstring(config.EnvSigningSecretPrefix + "0=whsec_rotated\n"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+	g.Expect(d.Spec.Template).To(Equal(*template), "a member's rotation must not roll the pool")
+
+	// Leaving the pool: the endpoint gets its own receivers, the pool drops it.
+	cur = e.endpoint(g, b)
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Receiver.PoolRef = nil
+	g.Expect(e.k8s.Patch(e.ctx, cur, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(b)), &appsv1.Deployment{})).To(Succeed())
+		g.Expect(e.poolFiles(g, p)).NotTo(HaveKey("refunds.json"))
+		g.Expect(e.pool(g, ns, "shared").Status.EndpointCount).To(Equal(int32(2)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// Autoscaling hands replicas to an HPA.
+	cp := e.pool(g, ns, "shared")
+	patchPool := client.MergeFrom(cp.DeepCopy())
+	cp.Spec.Autoscaling = &v1alpha1.AutoscalingSpec{MaxReplicas: 5}
+	g.Expect(e.k8s.Patch(e.ctx, cp, patchPool)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), hpa)).To(Succeed())
+		g.Expect(hpa.Spec.MaxReplicas).To(Equal(int32(5)))
+		g.Expect(*hpa.Spec.MinReplicas).To(Equal(int32(v1alpha1.DefaultMinReplicas)))
+		g.Expect(hpa.Spec.ScaleTargetRef.Name).To(Equal(resources.PoolName(p)))
+		d := &appsv1.Deployment{}
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+		for _, mf := range d.ManagedFields {
+			if mf.Manager == controllers.FieldOwner && mf.FieldsV1 != nil {
+				g.Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(`"f:replicas"`), "the operator must not own replicas the HPA owns")
+			}
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// A missing pool is named.
+	lost := e.create(t, pooled(ns, "lost", "nowhere"))
+	e.completeJob(t, lost)
+	cur = e.waitCondition(t, lost, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonPoolNotFound)
+	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("WebhookReceiverPool nowhere, which does not exist"))
+}
+
+// testAutoscaling: spec.receiver.autoscaling gives a dedicated endpoint an HPA; the
+// Deployment's replicas are then the HPA's, and removing autoscaling removes it.
+func (e *env) testAutoscaling(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "busy")
+	ep.Spec.Receiver.Autoscaling = &v1alpha1.AutoscalingSpec{MinReplicas: ptr.To[int32](3), MaxReplicas: 10}
+	e.create(t, ep)
+	e.completeJob(t, ep)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	g.Eventually(func() error {
+		return e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), hpa)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(*hpa.Spec.MinReplicas).To(Equal(int32(3)))
+	g.Expect(hpa.Spec.Metrics[0].Resource.Target.AverageUtilization).To(Equal(ptr.To[int32](v1alpha1.DefaultTargetCPUUtilization)))
+
+	cur := e.endpoint(g, ep)
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Receiver.Autoscaling = nil
+	g.Expect(e.k8s.Patch(e.ctx, cur, patch)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &autoscalingv2.HorizontalPodAutoscaler{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+
+	// A pooled endpoint cannot also autoscale on its own, nor be exposed (yet).
+	bad := pooled(ns, "both", "shared")
+	bad.Spec.Receiver.Autoscaling = &v1alpha1.AutoscalingSpec{MaxReplicas: 2}
+	err := e.k8s.Create(e.ctx, bad)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(strings.Contains(err.Error(), "a pooled endpoint scales with its pool")).To(BeTrue(), "%v", err)
+}
