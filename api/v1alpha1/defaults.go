@@ -39,13 +39,13 @@ const (
 	// DefaultMinReplicas and DefaultTargetCPUUtilization are autoscaling's defaults.
 	DefaultMinReplicas          = 2
 	DefaultTargetCPUUtilization = 70
-	DefaultReceiverPath      = "/"
-	DefaultMaxBodyBytes      = 1 << 20
-	DefaultMaxInFlight       = 64
-	DefaultDatabasePort      = 5432
-	DefaultPayloadFor        = 720 * time.Hour
-	DefaultDedupeFor         = 9600 * time.Hour
-	DefaultDeliveredFor      = 168 * time.Hour
+	DefaultReceiverPath         = "/"
+	DefaultMaxBodyBytes         = 1 << 20
+	DefaultMaxInFlight          = 64
+	DefaultDatabasePort         = 5432
+	DefaultPayloadFor           = 720 * time.Hour
+	DefaultDedupeFor            = 9600 * time.Hour
+	DefaultDeliveredFor         = 168 * time.Hour
 	// DefaultEnabled is the default of monitoring.*.enabled and networkPolicy.enabled.
 	DefaultEnabled = true
 	// DefaultReplayAction is a WebhookReplay's spec.action.
