@@ -229,6 +229,22 @@ func (r *podRunner) runOnce(ctx context.Context) runResult {
 		r.writeStatus(ctx)
 		return runResult{}
 	}
+	// Secret volumes: written under the pod's directory, kept current while the
+	// process runs, and the mount paths in args and env pointed there.
+	mounts := secretMounts(r.pod, c, filepath.Dir(logPath))
+	for _, m := range mounts {
+		if err := r.agent.refreshSecret(ctx, r.pod.Namespace, m); err != nil {
+			r.setWaiting("ContainerCreating", err.Error())
+			r.writeStatus(ctx)
+			return runResult{}
+		}
+	}
+	rewriteMounts(mounts, args, env)
+	mountCtx, stopMounts := context.WithCancel(ctx)
+	defer stopMounts()
+	go r.agent.keepSecretsCurrent(mountCtx, r.pod.Namespace, mounts, func(err error) {
+		r.log.Error(err, "refresh a Secret volume")
+	})
 	// Not CommandContext: the process lives until its Pod is deleted or the agent
 	// stops, and is then stopped gracefully (SIGTERM, grace period, SIGKILL).
 	cmd := exec.Command(exe, append(slices.Clone(prefix), args...)...) //nolint:gosec,noctx // see above; the executable is the agent's configuration
