@@ -35,7 +35,7 @@ func pooled(ns, name, pool string) *v1alpha1.WebhookEndpoint {
 // poolFiles reads the pool's endpoints Secret: file name to content.
 func (e *env) poolFiles(g Gomega, p *v1alpha1.WebhookReceiverPool) map[string]string {
 	s := &corev1.Secret{}
-	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, key(p.Namespace, resources.PoolEndpointsSecret(p)), s)).To(Succeed())
+	g.ExpectWithOffset(1, e.k8s.Get(e.ctx, key(p.Namespace, resources.PoolEndpointsSecret(p.Name)), s)).To(Succeed())
 	files := map[string]string{}
 	for k, v := range s.Data {
 		files[k] = string(v)
@@ -64,10 +64,10 @@ func (e *env) testReceiverPool(t *testing.T) {
 	// One Deployment for the pool, reading its endpoints from the mounted Secret.
 	d := &appsv1.Deployment{}
 	g.Eventually(func(g Gomega) {
-		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), d)).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--endpoints-dir=" + resources.PoolEndpointsDir))
-	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", resources.PoolEndpointsSecret(p))))
+	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", resources.PoolEndpointsSecret(p.Name))))
 	g.Expect(*d.Spec.Replicas).To(Equal(int32(v1alpha1.DefaultReplicas)))
 	g.Expect(*d.Spec.Template.Spec.AutomountServiceAccountToken).To(BeFalse())
 	for _, env := range d.Spec.Template.Spec.Containers[0].Env {
@@ -91,7 +91,7 @@ func (e *env) testReceiverPool(t *testing.T) {
 	}
 	e.waitCondition(t, a, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonUnavailable)
 
-	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p)))
+	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p.Name)))
 	cur := e.waitCondition(t, a, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
 	g.Expect(cur.Status.URL).To(Equal("http://shared-pool." + ns + ".svc/orders/stripe"))
 	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("served by WebhookReceiverPool shared at /orders/stripe"))
@@ -121,7 +121,7 @@ func (e *env) testReceiverPool(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.poolFiles(g, p)["orders.env"]).To(ContainSubstring(config.EnvSigningSecretPrefix + "0=whsec_rotated\n"))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), d)).To(Succeed())
 	g.Expect(d.Spec.Template).To(Equal(*template), "a member's rotation must not roll the pool")
 
 	// Leaving the pool: the endpoint gets its own receivers, the pool drops it.
@@ -142,12 +142,12 @@ func (e *env) testReceiverPool(t *testing.T) {
 	g.Expect(e.k8s.Patch(e.ctx, cp, patchPool)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), hpa)).To(Succeed())
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), hpa)).To(Succeed())
 		g.Expect(hpa.Spec.MaxReplicas).To(Equal(int32(5)))
 		g.Expect(*hpa.Spec.MinReplicas).To(Equal(int32(v1alpha1.DefaultMinReplicas)))
-		g.Expect(hpa.Spec.ScaleTargetRef.Name).To(Equal(resources.PoolName(p)))
+		g.Expect(hpa.Spec.ScaleTargetRef.Name).To(Equal(resources.PoolName(p.Name)))
 		d := &appsv1.Deployment{}
-		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p)), d)).To(Succeed())
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), d)).To(Succeed())
 		for _, mf := range d.ManagedFields {
 			if mf.Manager == controllers.FieldOwner && mf.FieldsV1 != nil {
 				g.Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(`"f:replicas"`), "the operator must not own replicas the HPA owns")

@@ -262,7 +262,7 @@ func resolveReceiverURL(ctx context.Context, kf kubeFlags, we *v1alpha1.WebhookE
 	if err != nil {
 		return "", "", err
 	}
-	svcName := resources.ReceiverName(we)
+	svcName, path := resources.ServedBy(we)
 	var svc corev1.Service
 	if err := c.Get(ctx, types.NamespacedName{Namespace: we.Namespace, Name: svcName}, &svc); err != nil {
 		return "", "", fmt.Errorf("find the receiver (or give --url): %w", getError(err, "services", we.Namespace, svcName))
@@ -279,10 +279,6 @@ func resolveReceiverURL(ctx context.Context, kf kubeFlags, we *v1alpha1.WebhookE
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(we.Namespace), client.MatchingLabels(svc.Spec.Selector)); err != nil {
 		return "", "", fmt.Errorf("find the receiver (or give --url): %w", getError(err, "pods", we.Namespace, "receiver pods of "+svcName))
-	}
-	path := we.Spec.Receiver.Path
-	if path == "" {
-		path = "/"
 	}
 	for _, pod := range pods.Items {
 		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(&pod) {

@@ -20,13 +20,10 @@ import (
 // ReceiverURL is the local URL of the endpoint's receiver Service (webhook port) and
 // path, served by the Service proxy.
 func ReceiverURL(proxy *ServiceProxy, ep *v1alpha1.WebhookEndpoint) (string, error) {
-	base, err := proxy.URL(ep.Namespace, resources.ReceiverName(ep), resources.PortNameHTTP)
+	service, path := resources.ServedBy(ep)
+	base, err := proxy.URL(ep.Namespace, service, resources.PortNameHTTP)
 	if err != nil {
 		return "", err
-	}
-	path := ep.Spec.Receiver.Path
-	if path == "" {
-		path = "/"
 	}
 	return base + path, nil
 }
@@ -107,7 +104,8 @@ func (s *Session) WatchEndpoints(ctx context.Context, out io.Writer, printed []*
 		// opens its listener from its own watch: wait a little for it.
 		waitCtx, cancel := context.WithTimeout(ctx, endpointAddrWait)
 		defer cancel()
-		if _, err := s.Proxy.WaitAddr(waitCtx, ep.Namespace, resources.ReceiverName(ep), resources.PortNameHTTP); err != nil {
+		service, _ := resources.ServedBy(ep)
+		if _, err := s.Proxy.WaitAddr(waitCtx, ep.Namespace, service, resources.PortNameHTTP); err != nil {
 			return "", err
 		}
 		return ReceiverURL(s.Proxy, ep)

@@ -144,7 +144,7 @@ func (s *Samples) Describe() string {
 // replicas ready and its Service is proxied, or failed is closed, or ctx is done.
 func (s *Samples) WaitReceivers(ctx context.Context, proxy *ServiceProxy, failed <-chan struct{}) error {
 	for _, ep := range s.Endpoints {
-		name := resources.ReceiverName(ep)
+		name, _ := resources.ServedBy(ep) // the Deployment is named as its Service
 		last := ""
 		for {
 			var d appsv1.Deployment

@@ -27,14 +27,15 @@ const PoolEndpointsDir = "/etc/hookkeeper/endpoints"
 
 const poolEndpointsVolume = "endpoints"
 
-// PoolName names the pool's Deployment, Service, ServiceAccount, PDB and HPA.
-func PoolName(pool *v1alpha1.WebhookReceiverPool) string {
-	return boundedName(pool.Name, "-pool")
+// PoolName names the Deployment, Service, ServiceAccount, PDB and HPA of the pool
+// named pool.
+func PoolName(pool string) string {
+	return boundedName(pool, "-pool")
 }
 
-// PoolEndpointsSecret names the Secret that holds the pool's members.
-func PoolEndpointsSecret(pool *v1alpha1.WebhookReceiverPool) string {
-	return boundedName(pool.Name, "-pool-endpoints")
+// PoolEndpointsSecret names the Secret that holds the members of the pool named pool.
+func PoolEndpointsSecret(pool string) string {
+	return boundedName(pool, "-pool-endpoints")
 }
 
 // PoolLabels are the labels of every object owned by pool.
@@ -63,9 +64,22 @@ func PoolPath(ep *v1alpha1.WebhookEndpoint) string {
 	return "/" + ep.Name + p
 }
 
+// ServedBy names the Service in ep's namespace that serves ep (its own receivers', or
+// its pool's) and the path ep is served at behind it.
+func ServedBy(ep *v1alpha1.WebhookEndpoint) (service, path string) {
+	if ref := ep.Spec.Receiver.PoolRef; ref != nil {
+		return PoolName(ref.Name), PoolPath(ep)
+	}
+	path = ep.Spec.Receiver.Path
+	if path == "" {
+		path = v1alpha1.DefaultReceiverPath
+	}
+	return ReceiverName(ep), path
+}
+
 // PoolURL is the in-cluster base URL of the pool's Service.
 func PoolURL(pool *v1alpha1.WebhookReceiverPool) string {
-	return fmt.Sprintf("http://%s.%s.svc", PoolName(pool), pool.Namespace)
+	return fmt.Sprintf("http://%s.%s.svc", PoolName(pool.Name), pool.Namespace)
 }
 
 // PoolReceivers are the pool's receivers: they read their endpoints from the mounted
@@ -75,7 +89,7 @@ func PoolReceivers(pool *v1alpha1.WebhookReceiverPool, opts Options) Receivers {
 	spec := pool.Spec.DeepCopy()
 	spec.Default()
 	return Receivers{
-		Name: PoolName(pool), Namespace: pool.Namespace,
+		Name: PoolName(pool.Name), Namespace: pool.Namespace,
 		Labels: PoolLabels(pool), Selector: PoolSelectorLabels(pool),
 		Image:       image(spec.Image, opts),
 		Replicas:    *spec.Replicas,
@@ -94,7 +108,7 @@ func PoolReceivers(pool *v1alpha1.WebhookReceiverPool, opts Options) Receivers {
 		Volumes: []corev1.Volume{{
 			Name: poolEndpointsVolume,
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  PoolEndpointsSecret(pool),
+				SecretName:  PoolEndpointsSecret(pool.Name),
 				DefaultMode: ptr.To[int32](0o440),
 			}},
 		}},
@@ -157,7 +171,7 @@ func PoolEndpoints(pool *v1alpha1.WebhookReceiverPool, members []PoolMemberConfi
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: PoolEndpointsSecret(pool), Namespace: pool.Namespace, Labels: PoolLabels(pool),
+			Name: PoolEndpointsSecret(pool.Name), Namespace: pool.Namespace, Labels: PoolLabels(pool),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
