@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
+	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
+)
+
+// envPoolEndpoints sets how many endpoints the pool spec creates (default 20).
+const envPoolEndpoints = "HOOKKEEPER_E2E_POOL_ENDPOINTS"
+
+// One WebhookReceiverPool of two replicas serving many endpoints of the Stripe sample's
+// shape, each on its own path: every endpoint accepts a signed webhook, and adding,
+// changing and deleting endpoints while another takes traffic costs that one nothing.
+var _ = Describe("a receiver pool", Ordered, func() {
+	const poolName = "e2e-pool"
+	var (
+		c        client.Client
+		ns       string
+		sample   *v1alpha1.WebhookEndpoint
+		secret   string
+		n        int
+		names    []string
+		created  time.Time
+		run      = strconv.FormatInt(time.Now().UnixNano(), 36)
+		endpoint = func(name string) *v1alpha1.WebhookEndpoint {
+			ep := &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+			ep.Spec = *sample.Spec.DeepCopy()
+			ep.Spec.Exposure = nil
+			ep.Spec.Receiver.Replicas = nil
+			ep.Spec.Receiver.Resources = sample.Spec.Receiver.Resources
+			ep.Spec.Receiver.PoolRef = &v1alpha1.PoolReference{Name: poolName}
+			return ep
+		}
+		post = func(ctx context.Context, ep *v1alpha1.WebhookEndpoint, id string) (int, error) {
+			url, err := devcluster.ReceiverURL(session.Proxy, ep)
+			if err != nil {
+				return 0, err
+			}
+			body := demo.StripeEvent(id, "payment_intent.succeeded", "pool-order-"+id, 100, time.Now())
+			return demo.PostStripe(ctx, url, secret, body)
+		}
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		c = session.Samples.Client
+		ns = session.Samples.Namespace
+		sample = session.Samples.Endpoints[0]
+		secret = session.Samples.SigningSecrets[sample.Name]
+		n = 20
+		if v := os.Getenv(envPoolEndpoints); v != "" {
+			var err error
+			n, err = strconv.Atoi(v)
+			Expect(err).NotTo(HaveOccurred(), envPoolEndpoints)
+		}
+		pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: ns}}
+		Expect(c.Create(ctx, pool)).To(Succeed())
+		created = time.Now()
+		for i := range n {
+			name := fmt.Sprintf("pooled-%03d", i)
+			names = append(names, name)
+			Expect(c.Create(ctx, endpoint(name))).To(Succeed())
+		}
+		DeferCleanup(func(ctx SpecContext) {
+			for _, name := range names {
+				_ = c.Delete(ctx, &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}})
+			}
+			_ = c.Delete(ctx, pool)
+		})
+	})
+
+	It("makes every endpoint Ready with one Deployment of two replicas, and each accepts a signed webhook", func(ctx SpecContext) {
+		Eventually(func(g Gomega) {
+			var list v1alpha1.WebhookEndpointList
+			g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			ready := 0
+			for _, ep := range list.Items {
+				if ep.Spec.Receiver.PoolRef != nil && meta.IsStatusConditionTrue(ep.Status.Conditions, v1alpha1.ConditionReady) {
+					ready++
+				}
+			}
+			g.Expect(ready).To(Equal(n))
+		}).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("pool", fmt.Sprintf("%d pooled endpoints Ready %.1fs after they were created", n, time.Since(created).Seconds()))
+
+		var d appsv1.Deployment
+		Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PoolName(poolName)}, &d)).To(Succeed())
+		Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+		var deployments appsv1.DeploymentList
+		Expect(c.List(ctx, &deployments, client.InNamespace(ns))).To(Succeed())
+		for _, dep := range deployments.Items {
+			Expect(dep.Name).NotTo(HavePrefix("pooled-"), "a pooled endpoint has no Deployment of its own")
+		}
+
+		var mu sync.Mutex
+		failures := map[string]string{}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, name := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				code, err := post(ctx, endpoint(name), "evt_"+run+"_"+name)
+				if err != nil || code != http.StatusOK {
+					mu.Lock()
+					failures[name] = fmt.Sprintf("%d %v", code, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		Expect(failures).To(BeEmpty())
+		db, err := session.DB(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = db.Close(context.Background()) }()
+		var receipts int
+		Expect(db.QueryRow(ctx, `SELECT count(DISTINCT endpoint) FROM hookkeeper.webhook_events WHERE event_id LIKE $1`,
+			"evt_"+run+"_pooled-%").Scan(&receipts)).To(Succeed())
+		Expect(receipts).To(Equal(n), "one receipt per endpoint, recorded under its own key")
+	})
+
+	It("adds, changes and deletes endpoints under traffic without failing another", func(ctx SpecContext) {
+		busy := endpoint(names[0])
+		var sent, failed atomic.Int64
+		var lastFailure atomic.Value
+		trafficCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			pace := time.NewTicker(20 * time.Millisecond)
+			defer pace.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-trafficCtx.Done():
+					return
+				case <-pace.C:
+				}
+				code, err := post(trafficCtx, busy, fmt.Sprintf("evt_%s_busy_%d", run, i))
+				if trafficCtx.Err() != nil {
+					return
+				}
+				sent.Add(1)
+				if err != nil || code != http.StatusOK {
+					failed.Add(1)
+					lastFailure.Store(fmt.Sprintf("%d %v", code, err))
+				}
+			}
+		}()
+		within := func(what string, f func(g Gomega)) {
+			begin := time.Now()
+			Eventually(f).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+			AddReportEntry("pool", fmt.Sprintf("%s: %.1fs", what, time.Since(begin).Seconds()))
+		}
+
+		added := endpoint("pooled-added")
+		names = append(names, added.Name)
+		Expect(c.Create(ctx, added)).To(Succeed())
+		within("an added endpoint accepts webhooks after", func(g Gomega) {
+			code, err := post(ctx, added, "evt_"+run+"_added")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK))
+		})
+
+		changed := endpoint(names[1])
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(changed), changed)).To(Succeed())
+		oldPath := changed.DeepCopy()
+		changed.Spec.Receiver.Path = "/v2"
+		Expect(c.Update(ctx, changed)).To(Succeed())
+		within("a changed endpoint (new path) switches after", func(g Gomega) {
+			code, err := post(ctx, changed, "evt_"+run+"_changed")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK))
+			code, err = post(ctx, oldPath, "evt_"+run+"_old_path")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusNotFound))
+		})
+
+		deleted := endpoint(names[2])
+		Expect(c.Delete(ctx, deleted)).To(Succeed())
+		within("a deleted endpoint stops being served after", func(g Gomega) {
+			code, err := post(ctx, deleted, "evt_"+run+"_deleted")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusNotFound))
+		})
+
+		stop()
+		<-done
+		AddReportEntry("pool", fmt.Sprintf("traffic to %s meanwhile: %d webhooks, %d not 200", busy.Name, sent.Load(), failed.Load()))
+		Expect(sent.Load()).To(BeNumerically(">", 10))
+		Expect(failed.Load()).To(BeZero(), "the other endpoint's traffic: last failure %v", lastFailure.Load())
+	})
+})
