@@ -65,7 +65,12 @@ type Session struct {
 	Samples *Samples
 
 	pg       *pgtemp.Server
+	runCtx   context.Context
 	cancel   context.CancelFunc
+	// operator stops the in-process operator and closes operatorDone once it has.
+	operatorMu   sync.Mutex
+	operator     context.CancelFunc
+	operatorDone chan struct{}
 	wg       sync.WaitGroup
 	errMu    sync.Mutex
 	errs     []error
@@ -165,8 +170,8 @@ func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err err
 		if err := InstallOperatorRBAC(ctx, s.Cluster.Config(), opts.RepoRoot); err != nil {
 			return nil, err
 		}
-		cfg := OperatorConfig(s.Cluster.Config())
-		s.goRun(runCtx, "operator", func(ctx context.Context) error { return opts.StartOperator(ctx, cfg) })
+		s.runCtx = runCtx
+		s.startOperator()
 		fmt.Fprintf(opts.Out, "operator started (in process, as %s)\n", OperatorUser())
 	}
 	if opts.ApplySamples && opts.StartOperator != nil {
@@ -187,6 +192,41 @@ func StartSession(ctx context.Context, opts SessionOptions) (_ *Session, err err
 	}
 	fmt.Fprintf(opts.Out, "environment up in %.1fs\n", time.Since(begin).Seconds())
 	return s, nil
+}
+
+// startOperator runs the operator in process, as the installer's ServiceAccount,
+// until the session stops or RestartOperator stops it.
+func (s *Session) startOperator() {
+	cfg := OperatorConfig(s.Cluster.Config())
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	s.operatorMu.Lock()
+	s.operator, s.operatorDone = cancel, done
+	s.operatorMu.Unlock()
+	s.goRun(ctx, "operator", func(ctx context.Context) error {
+		defer close(done)
+		return s.opts.StartOperator(ctx, cfg)
+	})
+}
+
+// RestartOperator stops the in-process operator, waits until it has stopped, and
+// starts a new one, as a rollout of the operator's Deployment would: what the operator
+// kept in memory is gone, what it wrote (status, the databases) stays.
+func (s *Session) RestartOperator(ctx context.Context) error {
+	s.operatorMu.Lock()
+	stop, done := s.operator, s.operatorDone
+	s.operatorMu.Unlock()
+	if stop == nil {
+		return errors.New("the session runs no operator")
+	}
+	stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the operator to stop: %w", ctx.Err())
+	}
+	s.startOperator()
+	return nil
 }
 
 // goRun runs fn until the session stops; an error stops the wait of StartSession and
