@@ -523,7 +523,20 @@ const benchMaxInFlight = 1024
 
 func writeBenchManifest(dir string, conns int) (string, error) {
 	ns, name, _ := strings.Cut(benchEndpoint, "/")
-	ep := hookv1.WebhookEndpoint{
+	data, err := json.MarshalIndent(benchEndpointObject(ns, name, conns), "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode bench manifest: %w", err)
+	}
+	path := filepath.Join(dir, "endpoint.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("write bench manifest: %w", err)
+	}
+	return path, nil
+}
+
+// benchEndpointObject is the bench's endpoint, ns/name, with up to conns connections.
+func benchEndpointObject(ns, name string, conns int) *hookv1.WebhookEndpoint {
+	return &hookv1.WebhookEndpoint{
 		TypeMeta:   metav1.TypeMeta{APIVersion: hookv1.GroupVersion.String(), Kind: "WebhookEndpoint"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: hookv1.WebhookEndpointSpec{
@@ -568,15 +581,6 @@ func writeBenchManifest(dir string, conns int) (string, error) {
 			Receiver: hookv1.ReceiverSpec{Path: "/", MaxBodyBytes: 1 << 20, MaxInFlight: benchMaxInFlight},
 		},
 	}
-	data, err := json.MarshalIndent(ep, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("encode bench manifest: %w", err)
-	}
-	path := filepath.Join(dir, "endpoint.json")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return "", fmt.Errorf("write bench manifest: %w", err)
-	}
-	return path, nil
 }
 
 // quantile sorts lat and returns its q-quantile (nearest rank).
