@@ -21,12 +21,9 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
-	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
-	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/retention"
-	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
@@ -180,76 +177,32 @@ type ServeOptions struct {
 // parking sweep, the notifier and, when asked, the dispatcher) until ctx ends, then
 // drains. The pool is closed last, after everything that uses it has stopped.
 func Serve(ctx context.Context, o ServeOptions) error {
-	ep, log, group := o.Endpoint, o.Log.WithValues("endpoint", o.Endpoint.Key()), o.GroupCommit
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := store.Open(openCtx, ep.DatabaseURL, ep.Spec.Database.MaxConnections)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("open database: %w", err)
-	}
-	defer pool.Close()
-
-	reg := prometheus.NewRegistry()
-	metrics.Register(reg)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, o.Getenv, refetch.Options{Logger: log.WithName("refetch")})
-	if err != nil {
-		return fmt.Errorf("configure refetch: %w", err)
-	}
-	// Wake-ups leave the receipt transaction: after a commit that wrote outbox rows, the
-	// in-process dispatcher is woken directly and the other replicas' by a NOTIFY that
-	// the notifier sends on its own connection, at most one in flight.
-	notifier := outbox.NewNotifier(pool, ep.Key(), log.WithName("notifier"))
-	tasks := []receiver.Task{{Name: "notifier", Run: notifier.Run}}
-	wake := notifier.Notify
-	if o.Dispatcher {
-		opts := outbox.FromEndpoint(ep)
-		opts.Logger = log.WithName("dispatcher")
-		d := outbox.NewDispatcher(pool, opts)
-		tasks = append(tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
-		wake = func() {
-			d.Wake()
-			notifier.Notify()
-		}
-	}
-	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
-	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
-	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
-	recorder := receipt.NewRecorder(pool, ep, recOpts...)
-	handler, err := receiver.HandlerFor(ep, recorder, log.WithName("webhook"))
+	ep, log := o.Endpoint, o.Log.WithValues("endpoint", o.Endpoint.Key())
+	u, err := newEndpointUnit(ctx, unitOptions{
+		Endpoint:          ep,
+		Getenv:            o.Getenv,
+		Dispatcher:        o.Dispatcher,
+		GroupCommit:       o.GroupCommit,
+		MaxInFlight:       o.MaxInFlight,
+		RetentionInterval: o.RetentionInterval,
+		Log:               log,
+	})
 	if err != nil {
 		return err
 	}
-	tasks = append(tasks, receiver.Task{Name: "parking", Run: func(ctx context.Context) error {
-		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
-	}})
+	defer u.db.Close()
 
-	tasks = append(tasks, receiver.Task{Name: "retention", Run: func(ctx context.Context) error {
-		return retention.Run(ctx, pool, retention.Options{
-			Endpoint: ep.Key(),
-			Tables:   store.TablesIn(ep.Spec.Database.Schema),
-			Policy:   retention.PolicyOf(ep),
-			Interval: o.RetentionInterval,
-		}, retentionReporter(ep.Key(), log.WithName("retention")))
-	}})
-
-	maxInFlight := int(ep.Spec.Receiver.MaxInFlight)
-	if o.MaxInFlight > 0 {
-		maxInFlight = o.MaxInFlight
-	}
-	schema := ep.Spec.Database.Schema
 	srv, err := receiver.NewServer(receiver.ServerOptions{
-		WebhookAddr: o.WebhookAddr,
-		AdminAddr:   o.AdminAddr,
-		Webhook:     handler,
-		Endpoint:    ep.Key(),
-		MaxInFlight: maxInFlight,
-		DB:          pool,
+		WebhookAddr:       o.WebhookAddr,
+		AdminAddr:         o.AdminAddr,
+		Webhook:           u.handler,
+		Endpoint:          ep.Key(),
+		PerEndpointLimits: true,
+		DB:                u.db,
 		// Ready only once the migration has brought the schema to this binary's version.
-		Schema:          func(ctx context.Context) error { return store.CheckSchema(ctx, pool, schema) },
-		Gatherer:        reg,
-		Tasks:           tasks,
+		Schema:          u.checkSchema,
+		Gatherer:        newGatherer(),
+		Tasks:           u.tasks,
 		DrainDelay:      o.DrainDelay,
 		ShutdownTimeout: o.ShutdownTimeout,
 		Logger:          log,
@@ -258,8 +211,17 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	log.Info("starting receiver", "version", version.Get().String(), "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
-		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", maxInFlight)
+		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", u.maxInFlight)
 	return srv.Run(ctx)
+}
+
+// newGatherer is the registry /metrics serves: hookkeeper's metrics and the Go and
+// process collectors.
+func newGatherer() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	metrics.Register(reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // newReceiverZap is a JSON logger at the given level; structured fields only, so log
