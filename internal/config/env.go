@@ -22,6 +22,11 @@ const (
 	EnvPodIP = "POD_IP"
 	// EnvSinkURL overrides spec.delivery.sink; the operator resolves serviceRef into it.
 	EnvSinkURL = "HOOKKEEPER_SINK_URL"
+	// EnvPodName is the pod's name (the downward API's metadata.name); a receiver pool
+	// writes it into each endpoint's receiver_heartbeats rows.
+	EnvPodName = "HOOKKEEPER_POD_NAME"
+	// EnvPool is the name of the WebhookReceiverPool a pool pod belongs to.
+	EnvPool = "HOOKKEEPER_POOL"
 )
 
 // Ports of the receiver pod. The webhook port is the only one a route may expose; the

@@ -44,6 +44,11 @@ type receiverFlags struct {
 	groupTransactions int
 	// maxInFlight overrides spec.receiver.maxInFlight when positive.
 	maxInFlight int
+	// A receiver pool: the endpoints directory, how often it is read, the heartbeat.
+	endpointsDir      string
+	endpointsPoll     time.Duration
+	heartbeatInterval time.Duration
+	podName, poolName string
 }
 
 // groupCommit is the group-commit configuration the flags ask for.
@@ -92,6 +97,11 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
+	fl.StringVar(&f.endpointsDir, "endpoints-dir", "", "serve every endpoint of this directory (a receiver pool): NAME.json and NAME.env per endpoint, served at /NAME; not with --endpoint")
+	fl.DurationVar(&f.endpointsPoll, "endpoints-poll", DefaultEndpointsPoll, "with --endpoints-dir: how often the directory is read for added, changed and removed endpoints")
+	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "with --endpoints-dir: how often each endpoint checks its database and writes its receiver_heartbeats row")
+	fl.StringVar(&f.podName, "pod-name", os.Getenv(config.EnvPodName), "with --endpoints-dir: this pod's name in heartbeats (default: $"+config.EnvPodName+", else the host name)")
+	fl.StringVar(&f.poolName, "pool", os.Getenv(config.EnvPool), "with --endpoints-dir: the WebhookReceiverPool's name in heartbeats (default: $"+config.EnvPool+")")
 	return cmd
 }
 
@@ -124,10 +134,6 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	ep, err := config.Load(f.endpointFile, os.Getenv)
-	if err != nil {
-		return fmt.Errorf("load endpoint: %w", err)
-	}
 	podIP := os.Getenv(config.EnvPodIP)
 	webhookAddr := f.listenAddress
 	if webhookAddr == "" {
@@ -136,6 +142,37 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	adminAddr := f.adminAddress
 	if adminAddr == "" {
 		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
+	}
+	if f.endpointsDir != "" {
+		if f.endpointFile != "" || os.Getenv(config.EnvEndpoint) != "" {
+			return fmt.Errorf("--endpoints-dir serves a directory of endpoints: it cannot be combined with --endpoint or $%s", config.EnvEndpoint)
+		}
+		pod := f.podName
+		if pod == "" {
+			if pod, err = os.Hostname(); err != nil {
+				return fmt.Errorf("--pod-name is empty and the host name unknown: %w", err)
+			}
+		}
+		return ServePool(ctx, PoolOptions{
+			Dir:               f.endpointsDir,
+			Poll:              f.endpointsPoll,
+			Heartbeat:         f.heartbeatInterval,
+			Pod:               pod,
+			Pool:              f.poolName,
+			Dispatcher:        f.dispatcher,
+			GroupCommit:       group,
+			MaxInFlight:       f.maxInFlight,
+			RetentionInterval: f.retentionInterval,
+			WebhookAddr:       webhookAddr,
+			AdminAddr:         adminAddr,
+			DrainDelay:        f.drainDelay,
+			ShutdownTimeout:   f.shutdownTimeout,
+			Log:               log,
+		})
+	}
+	ep, err := config.Load(f.endpointFile, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("load endpoint: %w", err)
 	}
 	return Serve(ctx, ServeOptions{
 		Endpoint:          ep,

@@ -218,7 +218,7 @@ func (u *endpointUnit) failedTasks() error {
 
 // drain stops the unit once it is no longer routed: it waits up to timeout for the
 // requests in flight on it, then stops its tasks (the dispatcher finishes its
-// deliveries within its own grace) and closes its database pool last.
+// deliveries within its own grace). The caller closes the database pool after.
 func (u *endpointUnit) drain(timeout time.Duration) {
 	if !u.active.drain(timeout) {
 		u.log.Info("drain: requests still in flight after the shutdown timeout; stopping anyway", "timeout", timeout)
@@ -227,7 +227,6 @@ func (u *endpointUnit) drain(timeout time.Duration) {
 		u.stopTasks()
 	}
 	u.tasksDone.Wait()
-	u.db.Close()
 }
 
 // inflight counts the requests on a unit, so a unit swapped out of the routes is
