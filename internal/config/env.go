@@ -22,10 +22,10 @@ const (
 	EnvPodIP = "POD_IP"
 	// EnvSinkURL overrides spec.delivery.sink; the operator resolves serviceRef into it.
 	EnvSinkURL = "HOOKKEEPER_SINK_URL"
-	// EnvPodName is the pod's name (the downward API's metadata.name), which a pool's
-	// receivers report their endpoints' health under.
-	EnvPodName = "POD_NAME"
-	// EnvPool is the name of the WebhookReceiverPool a pool's receivers serve.
+	// EnvPodName is the pod's name (the downward API's metadata.name); a receiver pool
+	// writes it into each endpoint's receiver_heartbeats rows.
+	EnvPodName = "HOOKKEEPER_POD_NAME"
+	// EnvPool is the name of the WebhookReceiverPool a pool pod belongs to.
 	EnvPool = "HOOKKEEPER_POOL"
 )
 

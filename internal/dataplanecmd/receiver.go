@@ -21,12 +21,9 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
-	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
-	"github.com/hookkeeper/hookkeeper/internal/refetch"
 	"github.com/hookkeeper/hookkeeper/internal/retention"
-	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
@@ -47,6 +44,11 @@ type receiverFlags struct {
 	groupTransactions int
 	// maxInFlight overrides spec.receiver.maxInFlight when positive.
 	maxInFlight int
+	// A receiver pool: the endpoints directory, how often it is read, the heartbeat.
+	endpointsDir      string
+	endpointsPoll     time.Duration
+	heartbeatInterval time.Duration
+	podName, poolName string
 }
 
 // groupCommit is the group-commit configuration the flags ask for.
@@ -95,6 +97,11 @@ in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.It
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
+	fl.StringVar(&f.endpointsDir, "endpoints-dir", "", "serve every endpoint of this directory (a receiver pool): NAME.json and NAME.env per endpoint, served at /NAME; not with --endpoint")
+	fl.DurationVar(&f.endpointsPoll, "endpoints-poll", DefaultEndpointsPoll, "with --endpoints-dir: how often the directory is read for added, changed and removed endpoints")
+	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "with --endpoints-dir: how often each endpoint checks its database and writes its receiver_heartbeats row")
+	fl.StringVar(&f.podName, "pod-name", os.Getenv(config.EnvPodName), "with --endpoints-dir: this pod's name in heartbeats (default: $"+config.EnvPodName+", else the host name)")
+	fl.StringVar(&f.poolName, "pool", os.Getenv(config.EnvPool), "with --endpoints-dir: the WebhookReceiverPool's name in heartbeats (default: $"+config.EnvPool+")")
 	return cmd
 }
 
@@ -127,10 +134,6 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
-	ep, err := config.Load(f.endpointFile, os.Getenv)
-	if err != nil {
-		return fmt.Errorf("load endpoint: %w", err)
-	}
 	podIP := os.Getenv(config.EnvPodIP)
 	webhookAddr := f.listenAddress
 	if webhookAddr == "" {
@@ -139,6 +142,37 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	adminAddr := f.adminAddress
 	if adminAddr == "" {
 		adminAddr = net.JoinHostPort(podIP, strconv.Itoa(config.AdminPort))
+	}
+	if f.endpointsDir != "" {
+		if f.endpointFile != "" || os.Getenv(config.EnvEndpoint) != "" {
+			return fmt.Errorf("--endpoints-dir serves a directory of endpoints: it cannot be combined with --endpoint or $%s", config.EnvEndpoint)
+		}
+		pod := f.podName
+		if pod == "" {
+			if pod, err = os.Hostname(); err != nil {
+				return fmt.Errorf("--pod-name is empty and the host name unknown: %w", err)
+			}
+		}
+		return ServePool(ctx, PoolOptions{
+			Dir:               f.endpointsDir,
+			Poll:              f.endpointsPoll,
+			Heartbeat:         f.heartbeatInterval,
+			Pod:               pod,
+			Pool:              f.poolName,
+			Dispatcher:        f.dispatcher,
+			GroupCommit:       group,
+			MaxInFlight:       f.maxInFlight,
+			RetentionInterval: f.retentionInterval,
+			WebhookAddr:       webhookAddr,
+			AdminAddr:         adminAddr,
+			DrainDelay:        f.drainDelay,
+			ShutdownTimeout:   f.shutdownTimeout,
+			Log:               log,
+		})
+	}
+	ep, err := config.Load(f.endpointFile, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("load endpoint: %w", err)
 	}
 	return Serve(ctx, ServeOptions{
 		Endpoint:          ep,
@@ -180,76 +214,32 @@ type ServeOptions struct {
 // parking sweep, the notifier and, when asked, the dispatcher) until ctx ends, then
 // drains. The pool is closed last, after everything that uses it has stopped.
 func Serve(ctx context.Context, o ServeOptions) error {
-	ep, log, group := o.Endpoint, o.Log.WithValues("endpoint", o.Endpoint.Key()), o.GroupCommit
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := store.Open(openCtx, ep.DatabaseURL, ep.Spec.Database.MaxConnections)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("open database: %w", err)
-	}
-	defer pool.Close()
-
-	reg := prometheus.NewRegistry()
-	metrics.Register(reg)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, o.Getenv, refetch.Options{Logger: log.WithName("refetch")})
-	if err != nil {
-		return fmt.Errorf("configure refetch: %w", err)
-	}
-	// Wake-ups leave the receipt transaction: after a commit that wrote outbox rows, the
-	// in-process dispatcher is woken directly and the other replicas' by a NOTIFY that
-	// the notifier sends on its own connection, at most one in flight.
-	notifier := outbox.NewNotifier(pool, ep.Key(), log.WithName("notifier"))
-	tasks := []receiver.Task{{Name: "notifier", Run: notifier.Run}}
-	wake := notifier.Notify
-	if o.Dispatcher {
-		opts := outbox.FromEndpoint(ep)
-		opts.Logger = log.WithName("dispatcher")
-		d := outbox.NewDispatcher(pool, opts)
-		tasks = append(tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
-		wake = func() {
-			d.Wake()
-			notifier.Notify()
-		}
-	}
-	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
-	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
-	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
-	recorder := receipt.NewRecorder(pool, ep, recOpts...)
-	handler, err := receiver.HandlerFor(ep, recorder, log.WithName("webhook"))
+	ep, log := o.Endpoint, o.Log.WithValues("endpoint", o.Endpoint.Key())
+	u, err := newEndpointUnit(ctx, unitOptions{
+		Endpoint:          ep,
+		Getenv:            o.Getenv,
+		Dispatcher:        o.Dispatcher,
+		GroupCommit:       o.GroupCommit,
+		MaxInFlight:       o.MaxInFlight,
+		RetentionInterval: o.RetentionInterval,
+		Log:               log,
+	})
 	if err != nil {
 		return err
 	}
-	tasks = append(tasks, receiver.Task{Name: "parking", Run: func(ctx context.Context) error {
-		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
-	}})
+	defer u.db.Close()
 
-	tasks = append(tasks, receiver.Task{Name: "retention", Run: func(ctx context.Context) error {
-		return retention.Run(ctx, pool, retention.Options{
-			Endpoint: ep.Key(),
-			Tables:   store.TablesIn(ep.Spec.Database.Schema),
-			Policy:   retention.PolicyOf(ep),
-			Interval: o.RetentionInterval,
-		}, retentionReporter(ep.Key(), log.WithName("retention")))
-	}})
-
-	maxInFlight := int(ep.Spec.Receiver.MaxInFlight)
-	if o.MaxInFlight > 0 {
-		maxInFlight = o.MaxInFlight
-	}
-	schema := ep.Spec.Database.Schema
 	srv, err := receiver.NewServer(receiver.ServerOptions{
-		WebhookAddr: o.WebhookAddr,
-		AdminAddr:   o.AdminAddr,
-		Webhook:     handler,
-		Endpoint:    ep.Key(),
-		MaxInFlight: maxInFlight,
-		DB:          pool,
+		WebhookAddr:       o.WebhookAddr,
+		AdminAddr:         o.AdminAddr,
+		Webhook:           u.handler,
+		Endpoint:          ep.Key(),
+		PerEndpointLimits: true,
+		DB:                u.db,
 		// Ready only once the migration has brought the schema to this binary's version.
-		Schema:          func(ctx context.Context) error { return store.CheckSchema(ctx, pool, schema) },
-		Gatherer:        reg,
-		Tasks:           tasks,
+		Schema:          u.checkSchema,
+		Gatherer:        newGatherer(),
+		Tasks:           u.tasks,
 		DrainDelay:      o.DrainDelay,
 		ShutdownTimeout: o.ShutdownTimeout,
 		Logger:          log,
@@ -258,8 +248,17 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	log.Info("starting receiver", "version", version.Get().String(), "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
-		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", maxInFlight)
+		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", u.maxInFlight)
 	return srv.Run(ctx)
+}
+
+// newGatherer is the registry /metrics serves: hookkeeper's metrics and the Go and
+// process collectors.
+func newGatherer() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	metrics.Register(reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // newReceiverZap is a JSON logger at the given level; structured fields only, so log

@@ -171,3 +171,21 @@ func Register(reg prometheus.Registerer) {
 		InFlight, Overloaded, RejectionLogsSuppressed,
 		OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown, Deliveries, DeliveryAttempts, CommitToDelivery)
 }
+
+// Forget removes every series of endpoint, so a receiver pool that stops serving an
+// endpoint stops exporting it.
+func Forget(endpoint string) {
+	match := prometheus.Labels{LabelEndpoint: endpoint}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{
+		Requests.MetricVec, RequestDuration.MetricVec, Duplicates.MetricVec, SignatureFailures.MetricVec,
+		Transitions.MetricVec, GuardErrors.MetricVec, ParkedEvents.MetricVec, ParkedOldestAge.MetricVec,
+		ParkedExpired.MetricVec, RetentionRemoved.MetricVec, InFlight.MetricVec, Overloaded.MetricVec,
+		RejectionLogsSuppressed.MetricVec, GroupSize.MetricVec, OutboxBacklog.MetricVec, OutboxOldestAge.MetricVec,
+		OutboxDead.MetricVec, SinkDown.MetricVec, Deliveries.MetricVec, DeliveryAttempts.MetricVec,
+		CommitToDelivery.MetricVec,
+	} {
+		v.DeletePartialMatch(match)
+	}
+}

@@ -81,7 +81,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	// Side loops end with ctx.
 	var side sync.WaitGroup
-	side.Go(func() { d.listen(ctx) })
+	if d.opts.Listener != nil {
+		defer d.opts.Listener.subscribe(d.opts.Endpoint, d.signal)()
+	} else {
+		side.Go(func() { d.listen(ctx) })
+	}
 	side.Go(func() { d.refreshGauges(ctx) })
 
 	// Deliveries outlive ctx by the shutdown grace, then hard cuts them off. Recording

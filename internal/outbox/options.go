@@ -78,6 +78,9 @@ type Options struct {
 	// Random returns a uniform float in [0, 1) for the backoff jitter; math/rand/v2 when
 	// nil. Tests inject a fixed source.
 	Random func() float64
+	// Listener, when set, wakes the dispatcher on NOTIFY instead of a LISTEN connection
+	// of its own (a receiver pool shares one per database); it must be running.
+	Listener *Listener
 	// HTTPClient, when set, replaces the dispatcher's own client (whose transport keeps
 	// Concurrency idle connections to the sink and never follows redirects).
 	HTTPClient *http.Client
@@ -138,6 +141,10 @@ func (o Options) withDefaults() Options {
 }
 
 // validate reports what makes the options unusable. Errors never contain the key.
+// Check reports what Run would refuse in these options (with defaults applied), so a
+// receiver pool can turn a bad endpoint configuration down before serving it.
+func (o Options) Check() error { return o.withDefaults().validate() }
+
 func (o Options) validate() error {
 	if o.Endpoint == "" {
 		return errors.New("dispatcher options: endpoint key is empty")

@@ -26,13 +26,14 @@ type Pinger interface {
 type admin struct {
 	db       Pinger
 	schema   func(ctx context.Context) error
+	ready    func(ctx context.Context) error
 	draining *atomic.Bool
 	log      logr.Logger
 	mux      *http.ServeMux
 }
 
-func newAdmin(db Pinger, schema func(ctx context.Context) error, draining *atomic.Bool, gatherer prometheus.Gatherer, log logr.Logger) *admin {
-	a := &admin{db: db, schema: schema, draining: draining, log: log, mux: http.NewServeMux()}
+func newAdmin(db Pinger, schema, ready func(ctx context.Context) error, draining *atomic.Bool, gatherer prometheus.Gatherer, log logr.Logger) *admin {
+	a := &admin{db: db, schema: schema, ready: ready, draining: draining, log: log, mux: http.NewServeMux()}
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: promLogger{log},
 	}))
@@ -59,6 +60,15 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
+	if a.ready != nil {
+		if err := a.ready(ctx); err != nil {
+			a.log.V(1).Info("readiness check failed", "error", err.Error())
+			writePlain(w, http.StatusServiceUnavailable, err.Error()+"\n")
+			return
+		}
+		writePlain(w, http.StatusOK, "ok\n")
+		return
+	}
 	if err := a.db.Ping(ctx); err != nil {
 		a.log.V(1).Info("readiness check failed", "error", err.Error())
 		writePlain(w, http.StatusServiceUnavailable, "database unreachable\n")

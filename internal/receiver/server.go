@@ -57,8 +57,18 @@ type ServerOptions struct {
 	// beyond it a request gets 503 with Retry-After before its body is read. Zero means
 	// v1alpha1.DefaultMaxInFlight.
 	MaxInFlight int
-	// DB backs /readyz.
+	// PerEndpointLimits says Webhook enforces its own in-flight limits, one per endpoint
+	// (LimitInFlight around each endpoint's handler, as a receiver pool does): the server
+	// adds none and MaxInFlight is ignored.
+	PerEndpointLimits bool
+	// DB backs /readyz, unless Ready is set.
 	DB Pinger
+	// Ready, when set, replaces the database checks of /readyz: the pod is ready while
+	// it returns nil (and shutdown has not begun); its error's text is the 503's body.
+	// A receiver pool's readiness depends on no single endpoint's database.
+	Ready func(ctx context.Context) error
+	// AdminHandlers are more routes of the admin port ("GET /endpoints"), by pattern.
+	AdminHandlers map[string]http.Handler
 	// Schema, when set, is checked by /readyz after the ping: it returns an error that
 	// says what is missing when the database cannot serve this receiver (no schema, an
 	// older version), and the error's text is the body of the 503.
@@ -87,8 +97,8 @@ type Server struct {
 
 // NewServer builds a Server; nothing listens until Run.
 func NewServer(opts ServerOptions) (*Server, error) {
-	if opts.Webhook == nil || opts.DB == nil || opts.Gatherer == nil {
-		return nil, errors.New("receiver server: webhook handler, database and metrics gatherer are required")
+	if opts.Webhook == nil || (opts.DB == nil && opts.Ready == nil) || opts.Gatherer == nil {
+		return nil, errors.New("receiver server: webhook handler, database (or readiness check) and metrics gatherer are required")
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
@@ -98,8 +108,16 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	s := &Server{opts: opts}
 	webhookLog := opts.Logger.WithName("webhook")
-	s.webhook = newHTTPServer(limitInFlight(opts.Webhook, opts.Endpoint, opts.MaxInFlight, webhookLog), webhookLog)
-	s.admin = newHTTPServer(newAdmin(opts.DB, opts.Schema, &s.draining, opts.Gatherer, opts.Logger.WithName("admin")), opts.Logger.WithName("admin"))
+	webhook := opts.Webhook
+	if !opts.PerEndpointLimits {
+		webhook = LimitInFlight(webhook, opts.Endpoint, opts.MaxInFlight, webhookLog)
+	}
+	s.webhook = newHTTPServer(webhook, webhookLog)
+	adm := newAdmin(opts.DB, opts.Schema, opts.Ready, &s.draining, opts.Gatherer, opts.Logger.WithName("admin"))
+	for pattern, h := range opts.AdminHandlers {
+		adm.mux.Handle(pattern, h)
+	}
+	s.admin = newHTTPServer(adm, opts.Logger.WithName("admin"))
 	return s, nil
 }
 
@@ -202,10 +220,16 @@ func (s *Server) Serve(ctx context.Context, webhookLn, adminLn net.Listener) err
 // requests were in flight.
 const outcomeOverloaded = "overloaded"
 
-// limitInFlight admits at most limit requests into next at once and answers the rest
+// LimitInFlight admits at most limit requests into next at once and answers the rest
 // 503 with Retry-After at once, before any body byte is read. It never queues: a queue
 // would hold the very connections the limit exists to shed, and the provider retries.
-func limitInFlight(next http.Handler, endpoint string, limit int, log logr.Logger) http.Handler {
+// endpoint is the metrics' label; a limit of zero or less means
+// v1alpha1.DefaultMaxInFlight. A receiver pool wraps each endpoint's handler in its
+// own, so one endpoint's flood is refused without touching the others.
+func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logger) http.Handler {
+	if limit <= 0 {
+		limit = v1alpha1.DefaultMaxInFlight
+	}
 	slots := make(chan struct{}, limit)
 	inFlight := metrics.InFlight.WithLabelValues(endpoint)
 	overloaded := metrics.Overloaded.WithLabelValues(endpoint)

@@ -44,6 +44,8 @@ type Tables struct {
 	Erasures string
 	// ReplayRuns records each WebhookReplay's run, so it runs once.
 	ReplayRuns string
+	// ReceiverHeartbeats holds one row per receiver pool pod serving the endpoint.
+	ReceiverHeartbeats string
 }
 
 // TablesIn returns the table names inside schema.
@@ -60,30 +62,61 @@ func TablesIn(schema string) Tables {
 		DeadLetterDiscards: q("dead_letter_discards"),
 		Erasures:           q("erasures"),
 		ReplayRuns:         q("replay_runs"),
+		ReceiverHeartbeats: q("receiver_heartbeats"),
 	}
 }
 
 // Open parses url, sizes the pool and checks the server answers. The pool's sessions
 // keep the default search_path: every query names its schema.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := NewPool(ctx, url, PoolOptions{MaxConns: maxConns})
+	if err != nil {
+		return nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		cfg := pool.Config().ConnConfig
+		pool.Close()
+		return nil, fmt.Errorf("reach database at %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	return pool, nil
+}
+
+// PoolOptions size a pool built by NewPool; zero fields keep pgxpool's defaults.
+type PoolOptions struct {
+	// MaxConns is spec.database.maxConnections.
+	MaxConns int32
+	// MaxConnIdleTime closes connections idle this long (checked every
+	// HealthCheckPeriod), so a quiet endpoint of a receiver pool holds no session.
+	MaxConnIdleTime   time.Duration
+	HealthCheckPeriod time.Duration
+}
+
+// NewPool parses url and builds a pool without connecting: the first query connects.
+// A receiver pool builds its endpoints' pools this way, so an endpoint whose database
+// is down still starts (and answers 503 until the database is back) without holding up
+// the others. Its errors never contain the URL.
+func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's parse error can echo the URL, password included: say less.
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
 	}
+	if o.MaxConnIdleTime > 0 {
+		cfg.MaxConnIdleTime = o.MaxConnIdleTime
+	}
+	if o.HealthCheckPeriod > 0 {
+		cfg.HealthCheckPeriod = o.HealthCheckPeriod
+	}
+	cfg.MinConns = 0
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("reach database at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
 }

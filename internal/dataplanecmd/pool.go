@@ -1,0 +1,716 @@
+package dataplanecmd
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/version"
+)
+
+// Defaults of a receiver pool's flags.
+const (
+	DefaultEndpointsPoll     = 2 * time.Second
+	DefaultHeartbeatInterval = 30 * time.Second
+)
+
+// PoolOptions are a receiver pool's wiring: `hookkeeper receiver --endpoints-dir DIR`.
+type PoolOptions struct {
+	// Dir holds NAME.json (the rendered WebhookEndpoint) and NAME.env (KEY=VALUE lines,
+	// the variables a dedicated receiver pod gets) for every member endpoint.
+	Dir string
+	// Poll is how often Dir is read again (DefaultEndpointsPoll when zero).
+	Poll time.Duration
+	// Heartbeat is how often each endpoint checks its database and writes its
+	// receiver_heartbeats row (DefaultHeartbeatInterval when zero).
+	Heartbeat time.Duration
+	// Pod and Pool name this process in the heartbeat rows.
+	Pod, Pool string
+	// Dispatcher, GroupCommit, MaxInFlight and RetentionInterval apply to every
+	// endpoint as in ServeOptions.
+	Dispatcher        bool
+	GroupCommit       receipt.GroupCommit
+	MaxInFlight       int
+	RetentionInterval time.Duration
+	// WebhookAddr and AdminAddr are the listen addresses (host:port).
+	WebhookAddr, AdminAddr string
+	DrainDelay             time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests, at shutdown and when a
+	// changed or removed endpoint is drained.
+	ShutdownTimeout time.Duration
+	Log             logr.Logger
+}
+
+// ServePool serves every endpoint of o.Dir in this process until ctx ends: each on
+// /NAME + its spec.receiver.path of one webhook port, each with its own database pool,
+// in-flight limit and tasks (an endpointUnit). Dir is read again every o.Poll: an added
+// endpoint starts, a changed one is built anew, swapped in and the old one drained, a
+// removed one is drained; a configuration that does not compile leaves the previous
+// version serving. /readyz holds once Dir was read and no endpoint's database is
+// consulted; GET /endpoints on the admin port says what each endpoint does.
+func ServePool(ctx context.Context, o PoolOptions) error {
+	p, err := newEndpointPool(o)
+	if err != nil {
+		return err
+	}
+	srv, err := receiver.NewServer(receiver.ServerOptions{
+		WebhookAddr:       o.WebhookAddr,
+		AdminAddr:         o.AdminAddr,
+		Webhook:           p,
+		PerEndpointLimits: true,
+		Ready:             p.ready,
+		AdminHandlers:     map[string]http.Handler{"GET /endpoints": http.HandlerFunc(p.serveEndpoints)},
+		Gatherer:          newGatherer(),
+		Tasks:             []receiver.Task{{Name: "endpoints", Run: p.run}},
+		DrainDelay:        o.DrainDelay,
+		ShutdownTimeout:   o.ShutdownTimeout,
+		Logger:            o.Log,
+	})
+	if err != nil {
+		return err
+	}
+	o.Log.Info("starting receiver pool", "version", version.Get().String(), "dir", o.Dir, "pool", o.Pool, "pod", o.Pod,
+		"poll", p.o.Poll, "heartbeat", p.o.Heartbeat, "dispatcher", o.Dispatcher)
+	return srv.Run(ctx)
+}
+
+// endpointPool routes webhooks to its endpoints' units and keeps the units in step with
+// the directory.
+type endpointPool struct {
+	o PoolOptions
+	// hashKey keys the digest of .env files in the published hash: random per process,
+	// so the hash says a secret changed without being a digest anyone could test a guess
+	// against.
+	hashKey []byte
+	// routes is the NAME -> unit table requests read; replaced whole on every change.
+	routes atomic.Pointer[map[string]*endpointUnit]
+	loaded atomic.Bool
+
+	mu        sync.Mutex
+	members   map[string]*member
+	listeners map[string]*sharedListener
+	dirErr    string
+	// drains are the units being drained.
+	drains sync.WaitGroup
+}
+
+// member is what the pool knows of one NAME.
+type member struct {
+	unit        *endpointUnit
+	fingerprint [32]byte // of the served files (never published)
+	hash        string   // published hash of the served files
+	servedSince time.Time
+	dbURL       string
+	secrets     []string // the served version's env values, removed from any error text
+	// A newer version that failed to build, and why (credentials removed).
+	failed    [32]byte
+	failedErr string
+}
+
+// sharedListener is one outbox.Listener per database URL, shared by the dispatchers of
+// the endpoints that use it.
+type sharedListener struct {
+	l     *outbox.Listener
+	stop  context.CancelFunc
+	done  chan struct{}
+	users int
+}
+
+func newEndpointPool(o PoolOptions) (*endpointPool, error) {
+	if o.Dir == "" {
+		return nil, errors.New("--endpoints-dir is empty")
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultEndpointsPoll
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeatInterval
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = receiver.DefaultShutdownTimeout
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("hash key: %w", err)
+	}
+	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, listeners: map[string]*sharedListener{}}
+	p.routes.Store(&map[string]*endpointUnit{})
+	return p, nil
+}
+
+// ServeHTTP routes /NAME/rest to NAME's unit as /rest (/NAME as /). An unknown NAME is
+// a 404 before anything past the headers is read.
+func (p *endpointPool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, rest := splitEndpointPath(r.URL.Path)
+	// Twice: a request that found a unit just swapped out and draining takes the new one.
+	for range 2 {
+		u := (*p.routes.Load())[name]
+		if u == nil {
+			break
+		}
+		if !u.active.acquire() {
+			continue
+		}
+		defer u.active.release()
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.URL = new(url.URL)
+		*r2.URL = *r.URL
+		r2.URL.Path, r2.URL.RawPath = rest, ""
+		u.handler.ServeHTTP(w, r2)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	// The body is never read: close rather than drain it.
+	h.Set("Connection", "close")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write([]byte("not found\n"))
+}
+
+// splitEndpointPath cuts "/NAME/rest" into NAME and "/rest", and "/NAME" into NAME and "/".
+func splitEndpointPath(path string) (name, rest string) {
+	path = strings.TrimPrefix(path, "/")
+	name, rest, found := strings.Cut(path, "/")
+	if !found {
+		return name, "/"
+	}
+	return name, "/" + rest
+}
+
+// ready is /readyz beyond draining: the directory has been read once. No endpoint's
+// database counts, so one endpoint's outage never takes the pool out of the Service.
+func (p *endpointPool) ready(context.Context) error {
+	if !p.loaded.Load() {
+		return errors.New("endpoints directory not loaded yet")
+	}
+	return nil
+}
+
+// run keeps the units in step with the directory until ctx ends, then stops them all.
+// Server runs it as a task: it ends after the webhook server has drained.
+func (p *endpointPool) run(ctx context.Context) error {
+	t := time.NewTicker(p.o.Poll)
+	defer t.Stop()
+	for {
+		p.sync(ctx)
+		select {
+		case <-ctx.Done():
+			p.stopAll()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// endpointFiles are the two files of one NAME; nil when absent.
+type endpointFiles struct {
+	manifest, env []byte
+}
+
+// readEndpointsDir reads the directory. A Secret volume is read through its ..data
+// symlink, resolved once, so both files of a NAME come from one kubelet update; other
+// entries starting with ".." are the kubelet's and skipped.
+func readEndpointsDir(dir string) (map[string]*endpointFiles, error) {
+	if resolved, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
+		dir = resolved
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints directory: %w", err)
+	}
+	out := map[string]*endpointFiles{}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, "..") {
+			continue
+		}
+		base, isJSON := strings.CutSuffix(name, ".json")
+		if !isJSON {
+			var isEnv bool
+			if base, isEnv = strings.CutSuffix(name, ".env"); !isEnv {
+				continue
+			}
+		}
+		path := filepath.Join(dir, name)
+		// Stat and ReadFile follow symlinks; one that is broken mid-update leaves the
+		// NAME incomplete until the next read.
+		if info, err := os.Stat(path); err != nil || info.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(path) //nolint:gosec // the operator's mounted directory
+		if err != nil {
+			continue
+		}
+		f := out[base]
+		if f == nil {
+			f = &endpointFiles{}
+			out[base] = f
+		}
+		if isJSON {
+			f.manifest = data
+		} else {
+			f.env = data
+		}
+	}
+	return out, nil
+}
+
+// parseEnvFile reads KEY=VALUE lines; empty lines and lines starting with '#' are
+// skipped, and a value keeps everything after the first '='. Errors give line numbers,
+// never content.
+func parseEnvFile(data []byte) (map[string]string, error) {
+	env := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("line %d of the .env file is not KEY=VALUE", i+1)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// endpointName is what a member's NAME may be: a Kubernetes object name, which is also
+// its path segment.
+var endpointName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+func fingerprint(f *endpointFiles) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(strconv.Itoa(len(f.manifest))))
+	h.Write([]byte{0})
+	h.Write(f.manifest)
+	h.Write(f.env)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// publicHash is the hash /endpoints and the heartbeat publish: the SHA-256 of the
+// manifest (the operator can compute it from what it rendered) and a digest of the
+// .env under the process's random key (it changes when a secret does, and reveals
+// nothing about the secret).
+func (p *endpointPool) publicHash(f *endpointFiles) string {
+	m := sha256.Sum256(f.manifest)
+	mac := hmac.New(sha256.New, p.hashKey)
+	mac.Write(f.env)
+	return hex.EncodeToString(m[:8]) + "-" + hex.EncodeToString(mac.Sum(nil)[:4])
+}
+
+// sync reads the directory once and brings the units in step.
+func (p *endpointPool) sync(ctx context.Context) {
+	log := p.o.Log
+	files, err := readEndpointsDir(p.o.Dir)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if msg := err.Error(); msg != p.dirErr {
+			log.Error(err, "cannot read the endpoints directory; serving what was loaded before", "dir", p.o.Dir)
+			p.dirErr = msg
+		}
+		return
+	}
+	p.dirErr = ""
+
+	routes := *p.routes.Load()
+	next := make(map[string]*endpointUnit, len(files))
+	for name, u := range routes {
+		next[name] = u
+	}
+	var retired []retiredUnit
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		f := files[name]
+		if f.manifest == nil || f.env == nil {
+			continue // not yet complete: keep what was there
+		}
+		m := p.members[name]
+		if m == nil {
+			m = &member{}
+			p.members[name] = m
+		}
+		fp := fingerprint(f)
+		if m.unit != nil && m.fingerprint == fp {
+			m.failedErr, m.failed = "", [32]byte{}
+			continue
+		}
+		if m.failedErr != "" && m.failed == fp {
+			continue
+		}
+		began := time.Now()
+		u, next2, err := p.build(ctx, name, f)
+		if err != nil {
+			m.failed, m.failedErr = fp, err.Error()
+			if m.unit != nil {
+				log.Error(nil, "endpoint configuration not applied; the previous version keeps serving", "name", name, "error", m.failedErr)
+			} else {
+				log.Error(nil, "endpoint configuration not applied; the endpoint is not served", "name", name, "error", m.failedErr)
+			}
+			continue
+		}
+		old := m.unit
+		m.unit, m.fingerprint, m.hash, m.servedSince = u, fp, next2.hash, time.Now()
+		m.dbURL, m.secrets = next2.dbURL, next2.secrets
+		m.failed, m.failedErr = [32]byte{}, ""
+		u.start(ctx, p.heartbeat(name, u, m.hash))
+		next[name] = u
+		if old != nil {
+			retired = append(retired, retiredUnit{name: name, unit: old})
+			log.Info("endpoint changed: new version serving, draining the old one", "name", name, "endpoint", u.ep.Key(),
+				"hash", m.hash, "took", time.Since(began).String())
+		} else {
+			log.Info("endpoint added", "name", name, "endpoint", u.ep.Key(), "path", "/"+name+u.ep.Spec.Receiver.Path,
+				"hash", m.hash, "maxInFlight", u.maxInFlight, "maxConnections", u.ep.Spec.Database.MaxConnections,
+				"took", time.Since(began).String())
+		}
+	}
+	for name, m := range p.members {
+		if _, ok := files[name]; ok {
+			continue
+		}
+		delete(p.members, name)
+		delete(next, name)
+		if m.unit != nil {
+			retired = append(retired, retiredUnit{name: name, unit: m.unit, removed: true})
+			log.Info("endpoint removed: no longer routed, draining", "name", name, "endpoint", m.unit.ep.Key())
+		}
+	}
+	p.routes.Store(&next)
+	for _, r := range retired {
+		p.retire(r)
+	}
+	if !p.loaded.Load() {
+		p.loaded.Store(true)
+		log.Info("endpoints directory loaded", "endpoints", len(next))
+	}
+}
+
+type retiredUnit struct {
+	name    string
+	unit    *endpointUnit
+	removed bool
+}
+
+// retire drains a unit no longer routed, in the background; callers hold p.mu.
+func (p *endpointPool) retire(r retiredUnit) {
+	p.drains.Go(func() {
+		u := r.unit
+		u.drain(p.o.ShutdownTimeout)
+		if r.removed {
+			p.forgetHeartbeat(u)
+			metrics.Forget(u.ep.Key())
+		}
+		u.db.Close()
+		p.mu.Lock()
+		p.releaseListener(u.ep.DatabaseURL)
+		p.mu.Unlock()
+		u.log.Info("endpoint version drained", "name", r.name)
+	})
+}
+
+// builtVersion is what the member keeps of a version that built.
+type builtVersion struct {
+	hash    string
+	dbURL   string
+	secrets []string
+}
+
+// build compiles and builds one endpoint's unit; callers hold p.mu. Its error has
+// credentials removed.
+func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles) (*endpointUnit, builtVersion, error) {
+	var v builtVersion
+	if !endpointName.MatchString(name) {
+		return nil, v, fmt.Errorf("%q is not an endpoint name (a Kubernetes object name)", name)
+	}
+	env, err := parseEnvFile(f.env)
+	if err != nil {
+		return nil, v, fmt.Errorf("%s.env: %w", name, err)
+	}
+	for _, val := range env {
+		v.secrets = append(v.secrets, val)
+	}
+	v.dbURL = env[config.EnvDatabaseURL]
+	fail := func(err error) (*endpointUnit, builtVersion, error) {
+		return nil, v, errors.New(scrub(err.Error(), v.dbURL, v.secrets))
+	}
+	manifest := string(f.manifest)
+	getenv := func(k string) string {
+		if k == config.EnvEndpoint {
+			return manifest
+		}
+		return env[k]
+	}
+	ep, err := config.Load("", getenv)
+	if err != nil {
+		return fail(fmt.Errorf("%s.json: %w", name, err))
+	}
+	if ep.Name != name {
+		return fail(fmt.Errorf("%s.json holds endpoint %q, not %q", name, ep.Name, name))
+	}
+	var l *outbox.Listener
+	if p.o.Dispatcher {
+		if l, err = p.acquireListener(ctx, ep.DatabaseURL); err != nil {
+			return fail(err)
+		}
+	}
+	u, err := newEndpointUnit(ctx, unitOptions{
+		Endpoint:          ep,
+		Getenv:            getenv,
+		Dispatcher:        p.o.Dispatcher,
+		GroupCommit:       p.o.GroupCommit,
+		MaxInFlight:       p.o.MaxInFlight,
+		RetentionInterval: p.o.RetentionInterval,
+		Pooled:            true,
+		Listener:          l,
+		Log:               p.o.Log.WithValues("endpoint", ep.Key()),
+	})
+	if err != nil {
+		if l != nil {
+			p.releaseListener(ep.DatabaseURL)
+		}
+		return fail(err)
+	}
+	v.hash = p.publicHash(f)
+	return u, v, nil
+}
+
+// scrub removes credentials from msg: the database URL and its password (redact), and
+// any value of the endpoint's .env long enough to be a secret.
+func scrub(msg, dbURL string, secrets []string) string {
+	msg = redact(msg, dbURL)
+	for _, s := range secrets {
+		if len(s) >= 6 {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// acquireListener returns the running shared LISTEN of dbURL; callers hold p.mu.
+func (p *endpointPool) acquireListener(ctx context.Context, dbURL string) (*outbox.Listener, error) {
+	if sl := p.listeners[dbURL]; sl != nil {
+		sl.users++
+		return sl.l, nil
+	}
+	l, err := outbox.NewListener(dbURL, p.o.Log.WithName("listener"))
+	if err != nil {
+		return nil, err
+	}
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	sl := &sharedListener{l: l, stop: stop, done: make(chan struct{}), users: 1}
+	go func() {
+		defer close(sl.done)
+		_ = l.Run(lctx)
+	}()
+	p.listeners[dbURL] = sl
+	return l, nil
+}
+
+// releaseListener stops the shared LISTEN of dbURL with its last user; callers hold p.mu.
+func (p *endpointPool) releaseListener(dbURL string) {
+	sl := p.listeners[dbURL]
+	if sl == nil {
+		return
+	}
+	if sl.users--; sl.users == 0 {
+		delete(p.listeners, dbURL)
+		sl.stop()
+	}
+}
+
+// stopAll drains every unit (the webhook server has finished its requests) and waits
+// for them and the shared listeners to stop.
+func (p *endpointPool) stopAll() {
+	p.mu.Lock()
+	for name, m := range p.members {
+		if m.unit != nil {
+			p.retire(retiredUnit{name: name, unit: m.unit})
+		}
+		delete(p.members, name)
+	}
+	p.routes.Store(&map[string]*endpointUnit{})
+	p.mu.Unlock()
+	p.drains.Wait()
+	p.mu.Lock()
+	listeners := p.listeners
+	p.listeners = map[string]*sharedListener{}
+	p.mu.Unlock()
+	for _, sl := range listeners {
+		sl.stop()
+		<-sl.done
+	}
+}
+
+// endpointInfo is one entry of GET /endpoints.
+type endpointInfo struct {
+	Name string `json:"name"`
+	// Key is "namespace/name"; empty while no version has been served.
+	Key string `json:"key,omitempty"`
+	// Hash identifies the served files (publicHash).
+	Hash string `json:"hash,omitempty"`
+	// Ready: the database answers and its schema is at this binary's version, as of
+	// CheckedAt (the heartbeat's check).
+	Ready bool `json:"ready"`
+	// Error is what is wrong, credentials removed: the database, a failed task, or a
+	// newer configuration that was not applied.
+	Error       string     `json:"error,omitempty"`
+	ServedSince *time.Time `json:"servedSince,omitempty"`
+	CheckedAt   *time.Time `json:"checkedAt,omitempty"`
+}
+
+func (p *endpointPool) endpoints() []endpointInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]endpointInfo, 0, len(p.members))
+	for name, m := range p.members {
+		info := endpointInfo{Name: name, Hash: m.hash}
+		var problems []string
+		if u := m.unit; u != nil {
+			info.Key = u.ep.Key()
+			since := m.servedSince
+			info.ServedSince = &since
+			switch st := u.status.Load(); {
+			case st == nil:
+				problems = append(problems, "not checked yet")
+			case st.err != nil:
+				at := st.checkedAt
+				info.CheckedAt = &at
+				problems = append(problems, scrub(st.err.Error(), m.dbURL, m.secrets))
+			default:
+				at := st.checkedAt
+				info.CheckedAt = &at
+				info.Ready = true
+			}
+			if err := u.failedTasks(); err != nil {
+				problems = append(problems, scrub(err.Error(), m.dbURL, m.secrets))
+			}
+		}
+		if m.failedErr != "" {
+			problems = append(problems, pendingPrefix(m)+m.failedErr)
+		}
+		info.Error = strings.Join(problems, "; ")
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b endpointInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func pendingPrefix(m *member) string {
+	if m.unit != nil {
+		return "configuration not applied (the previous version serves): "
+	}
+	return "configuration not applied: "
+}
+
+func (p *endpointPool) serveEndpoints(w http.ResponseWriter, _ *http.Request) {
+	body, err := json.MarshalIndent(p.endpoints(), "", "  ")
+	if err != nil {
+		http.Error(w, "encode endpoints", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// heartbeatTimeout bounds one heartbeat's check and write.
+const heartbeatTimeout = 5 * time.Second
+
+// heartbeat is the task that, every heartbeat interval, checks the endpoint's database
+// and upserts this pod's row in its receiver_heartbeats table: the operator, which
+// reads the database anyway, learns from it which pods serve which version and how.
+func (p *endpointPool) heartbeat(name string, u *endpointUnit, hash string) receiver.Task {
+	return receiver.Task{Name: "heartbeat", Run: func(ctx context.Context) error {
+		t := time.NewTicker(p.o.Heartbeat)
+		defer t.Stop()
+		failing := false
+		for {
+			err := p.beat(ctx, name, u, hash)
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				u.log.Info("heartbeat not written; retrying every interval", "error", err.Error(), "interval", p.o.Heartbeat)
+				failing = true
+			case err == nil && failing:
+				u.log.Info("heartbeat written again")
+				failing = false
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	}}
+}
+
+func (p *endpointPool) beat(ctx context.Context, name string, u *endpointUnit, hash string) error {
+	ctx, cancel := context.WithTimeout(ctx, heartbeatTimeout)
+	defer cancel()
+	readyErr := u.checkReady(ctx)
+	p.mu.Lock()
+	var problems []string
+	var dbURL string
+	var secrets []string
+	if m := p.members[name]; m != nil && m.unit == u {
+		dbURL, secrets = m.dbURL, m.secrets
+		if m.failedErr != "" {
+			problems = append(problems, pendingPrefix(m)+m.failedErr)
+		}
+	}
+	p.mu.Unlock()
+	if readyErr != nil {
+		problems = append([]string{readyErr.Error()}, problems...)
+	}
+	if err := u.failedTasks(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	detail := scrub(strings.Join(problems, "; "), dbURL, secrets)
+	_, err := u.db.Exec(ctx, `INSERT INTO `+u.ep.Tables.ReceiverHeartbeats+` AS h
+		(endpoint, pod, pool, ready, detail, config_hash, seen_at) VALUES ($1, $2, $3, $4, $5, $6, now())
+		ON CONFLICT (endpoint, pod) DO UPDATE SET pool = excluded.pool, ready = excluded.ready,
+		detail = excluded.detail, config_hash = excluded.config_hash, seen_at = excluded.seen_at`,
+		u.ep.Key(), p.o.Pod, p.o.Pool, readyErr == nil, detail, hash)
+	if err != nil {
+		return fmt.Errorf("write heartbeat: %s", scrub(err.Error(), dbURL, secrets))
+	}
+	return nil
+}
+
+// forgetHeartbeat removes this pod's row of an endpoint it no longer serves, best
+// effort: a row left behind stops being refreshed, which says the same thing later.
+func (p *endpointPool) forgetHeartbeat(u *endpointUnit) {
+	ctx, cancel := context.WithTimeout(context.Background(), heartbeatTimeout)
+	defer cancel()
+	_, _ = u.db.Exec(ctx, `DELETE FROM `+u.ep.Tables.ReceiverHeartbeats+` WHERE endpoint = $1 AND pod = $2`, u.ep.Key(), p.o.Pod)
+}

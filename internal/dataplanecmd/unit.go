@@ -1,0 +1,278 @@
+package dataplanecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/refetch"
+	"github.com/hookkeeper/hookkeeper/internal/retention"
+	"github.com/hookkeeper/hookkeeper/internal/store"
+)
+
+// unitOptions build one endpointUnit.
+type unitOptions struct {
+	Endpoint *config.Endpoint
+	// Getenv reads the rest of the endpoint's environment (the refetch API key).
+	Getenv      func(string) string
+	Dispatcher  bool
+	GroupCommit receipt.GroupCommit
+	// MaxInFlight overrides spec.receiver.maxInFlight when positive.
+	MaxInFlight       int
+	RetentionInterval time.Duration
+	// Pooled builds the unit for a receiver pool: its database pool connects on first
+	// use (an endpoint whose database is down still starts, and answers 503) and closes
+	// idle connections, so a quiet endpoint holds no session; the dispatcher wakes
+	// through Listener instead of a LISTEN connection of its own. A dedicated receiver
+	// opens (and pings) its pool at start, as it always has.
+	Pooled   bool
+	Listener *outbox.Listener
+	Log      logr.Logger
+}
+
+// Pooled endpoints' database pools close connections idle this long, checked this often.
+const (
+	pooledConnIdleTime   = 30 * time.Second
+	pooledHealthInterval = 10 * time.Second
+)
+
+// endpointUnit is everything one endpoint needs in a receiver process: its database
+// pool, recorder, webhook handler (behind its own in-flight limit), and background
+// tasks (notifier, dispatcher, parking sweep, retention). A dedicated receiver (Serve)
+// runs one under receiver.Server; a receiver pool runs many, starting, swapping and
+// draining them as its directory changes.
+type endpointUnit struct {
+	ep  *config.Endpoint
+	db  *pgxpool.Pool
+	log logr.Logger
+	// handler is the webhook handler behind the endpoint's in-flight limit; it answers
+	// spec.receiver.path.
+	handler     http.Handler
+	tasks       []receiver.Task
+	maxInFlight int
+
+	// Pool mode only: requests in flight, the tasks' lifetime and what they failed with.
+	active    inflight
+	stopTasks context.CancelFunc
+	tasksDone sync.WaitGroup
+	taskMu    sync.Mutex
+	taskErr   error
+	// status is the last readiness check: nil when ready.
+	status atomic.Pointer[unitStatus]
+}
+
+type unitStatus struct {
+	err       error
+	checkedAt time.Time
+}
+
+// newEndpointUnit builds a unit; nothing runs until its tasks do. On error nothing is
+// left open.
+func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err error) {
+	ep, log, group := o.Endpoint, o.Log, o.GroupCommit
+	u := &endpointUnit{ep: ep, log: log}
+
+	var dispatcherOpts outbox.Options
+	if o.Dispatcher {
+		dispatcherOpts = outbox.FromEndpoint(ep)
+		dispatcherOpts.Logger = log.WithName("dispatcher")
+		dispatcherOpts.Listener = o.Listener
+		if o.Pooled {
+			// A pool refuses a configuration its dispatcher would fail on, and keeps
+			// serving the previous one; a dedicated receiver fails as it always did.
+			if err := dispatcherOpts.Check(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	recOpts, err := refetch.RecorderOptions(ep.Spec.Provider, o.Getenv, refetch.Options{Logger: log.WithName("refetch")})
+	if err != nil {
+		return nil, fmt.Errorf("configure refetch: %w", err)
+	}
+
+	if o.Pooled {
+		u.db, err = store.NewPool(ctx, ep.DatabaseURL, store.PoolOptions{
+			MaxConns:          ep.Spec.Database.MaxConnections,
+			MaxConnIdleTime:   pooledConnIdleTime,
+			HealthCheckPeriod: pooledHealthInterval,
+		})
+	} else {
+		openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		u.db, err = store.Open(openCtx, ep.DatabaseURL, ep.Spec.Database.MaxConnections)
+		cancel()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			u.db.Close()
+		}
+	}()
+	pool := u.db
+
+	// Wake-ups leave the receipt transaction: after a commit that wrote outbox rows, the
+	// in-process dispatcher is woken directly and the other replicas' by a NOTIFY that
+	// the notifier sends on its own connection, at most one in flight.
+	notifier := outbox.NewNotifier(pool, ep.Key(), log.WithName("notifier"))
+	u.tasks = []receiver.Task{{Name: "notifier", Run: notifier.Run}}
+	wake := notifier.Notify
+	if o.Dispatcher {
+		d := outbox.NewDispatcher(pool, dispatcherOpts)
+		u.tasks = append(u.tasks, receiver.Task{Name: "dispatcher", Run: d.Run})
+		wake = func() {
+			d.Wake()
+			notifier.Notify()
+		}
+	}
+	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
+	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
+	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
+	recorder := receipt.NewRecorder(pool, ep, recOpts...)
+	handler, err := receiver.HandlerFor(ep, recorder, log.WithName("webhook"))
+	if err != nil {
+		return nil, err
+	}
+	u.tasks = append(u.tasks, receiver.Task{Name: "parking", Run: func(ctx context.Context) error {
+		return recorder.RunParking(ctx, parkingInterval, parkingReporter(ep.Key(), log.WithName("parking")))
+	}})
+	u.tasks = append(u.tasks, receiver.Task{Name: "retention", Run: func(ctx context.Context) error {
+		return retention.Run(ctx, pool, retention.Options{
+			Endpoint: ep.Key(),
+			Tables:   store.TablesIn(ep.Spec.Database.Schema),
+			Policy:   retention.PolicyOf(ep),
+			Interval: o.RetentionInterval,
+		}, retentionReporter(ep.Key(), log.WithName("retention")))
+	}})
+
+	u.maxInFlight = int(ep.Spec.Receiver.MaxInFlight)
+	if o.MaxInFlight > 0 {
+		u.maxInFlight = o.MaxInFlight
+	}
+	u.handler = receiver.LimitInFlight(handler, ep.Key(), u.maxInFlight, log.WithName("webhook"))
+	return u, nil
+}
+
+// checkSchema is the unit's readiness beyond a ping: the schema at this binary's version.
+func (u *endpointUnit) checkSchema(ctx context.Context) error {
+	return store.CheckSchema(ctx, u.db, u.ep.Spec.Database.Schema)
+}
+
+// checkReady pings the database and checks the schema, and remembers the result for
+// /endpoints.
+func (u *endpointUnit) checkReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, unitCheckTimeout)
+	defer cancel()
+	err := u.db.Ping(ctx)
+	if err != nil {
+		err = fmt.Errorf("database unreachable: %w", err)
+	} else {
+		err = u.checkSchema(ctx)
+	}
+	u.status.Store(&unitStatus{err: err, checkedAt: time.Now()})
+	return err
+}
+
+// unitCheckTimeout bounds one readiness check of a pooled endpoint.
+const unitCheckTimeout = 5 * time.Second
+
+// start runs the unit's tasks (and extra, such as the heartbeat) until stop; a task
+// that fails is logged and reported in status, and the others keep running: in a pool
+// one endpoint's failure never ends the process.
+func (u *endpointUnit) start(ctx context.Context, extra ...receiver.Task) {
+	ctx, u.stopTasks = context.WithCancel(context.WithoutCancel(ctx))
+	for _, t := range append(append([]receiver.Task(nil), u.tasks...), extra...) {
+		u.tasksDone.Go(func() {
+			err := t.Run(ctx)
+			if err != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s stopped: %w", t.Name, err)
+				u.log.Error(err, "background task of the endpoint failed; the endpoint still receives, the task stays stopped until its configuration changes", "task", t.Name)
+				u.taskMu.Lock()
+				u.taskErr = errors.Join(u.taskErr, err)
+				u.taskMu.Unlock()
+				return
+			}
+			u.log.V(1).Info("background task stopped", "task", t.Name)
+		})
+	}
+}
+
+// failedTasks is what the unit's tasks failed with, nil while all run.
+func (u *endpointUnit) failedTasks() error {
+	u.taskMu.Lock()
+	defer u.taskMu.Unlock()
+	return u.taskErr
+}
+
+// drain stops the unit once it is no longer routed: it waits up to timeout for the
+// requests in flight on it, then stops its tasks (the dispatcher finishes its
+// deliveries within its own grace). The caller closes the database pool after.
+func (u *endpointUnit) drain(timeout time.Duration) {
+	if !u.active.drain(timeout) {
+		u.log.Info("drain: requests still in flight after the shutdown timeout; stopping anyway", "timeout", timeout)
+	}
+	if u.stopTasks != nil {
+		u.stopTasks()
+	}
+	u.tasksDone.Wait()
+}
+
+// inflight counts the requests on a unit, so a unit swapped out of the routes is
+// drained: acquire fails once drain has begun, and drain waits for the count to reach
+// zero. Atomics only: it sits on every request's path.
+type inflight struct {
+	n       atomic.Int64
+	closing atomic.Bool
+	once    sync.Once
+	idle    chan struct{}
+	initMu  sync.Once
+}
+
+func (f *inflight) init() { f.initMu.Do(func() { f.idle = make(chan struct{}) }) }
+
+// acquire admits one request unless drain has begun.
+func (f *inflight) acquire() bool {
+	f.n.Add(1)
+	if f.closing.Load() {
+		f.release()
+		return false
+	}
+	return true
+}
+
+func (f *inflight) release() {
+	if f.n.Add(-1) == 0 && f.closing.Load() {
+		f.init()
+		f.once.Do(func() { close(f.idle) })
+	}
+}
+
+// drain refuses new requests and waits up to timeout for those admitted; it reports
+// whether they all finished.
+func (f *inflight) drain(timeout time.Duration) bool {
+	f.init()
+	f.closing.Store(true)
+	if f.n.Load() == 0 {
+		f.once.Do(func() { close(f.idle) })
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-f.idle:
+		return true
+	case <-t.C:
+		return false
+	}
+}
