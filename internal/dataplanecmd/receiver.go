@@ -77,7 +77,12 @@ func Receiver() *cobra.Command {
 or JSON) or from $` + config.EnvEndpoint + `, and the database URL and signing secrets from
 $` + config.EnvDatabaseURL + ` and $` + config.EnvSigningSecretPrefix + `<index>, the variables the operator sets
 in receiver pods. Webhooks are served on $` + config.EnvPodIP + `:` + strconv.Itoa(config.WebhookPort) +
-			`, /metrics, /healthz and /readyz on port ` + strconv.Itoa(config.AdminPort) + `.`,
+			`, /metrics, /healthz and /readyz on port ` + strconv.Itoa(config.AdminPort) + `.
+
+With --endpoints-dir DIR it is a receiver pool instead: it serves every endpoint of DIR
+(NAME.json, the manifest, and NAME.env, its KEY=VALUE variables) at /NAME plus the
+endpoint's path, picks up added, changed and removed endpoints every --endpoints-poll
+without a restart, and lists them on the admin port at GET /endpoints.`,
 		Args: cobra.NoArgs,
 		RunE: reportingFailure(&f.terminationPath, func(cmd *cobra.Command) error {
 			return runReceiver(cmd.Context(), f)

@@ -44,8 +44,8 @@ type unitOptions struct {
 
 // Pooled endpoints' database pools close connections idle this long, checked this often.
 const (
-	pooledConnIdleTime   = 30 * time.Second
-	pooledHealthInterval = 10 * time.Second
+	pooledConnIdleTime   = 10 * time.Second
+	pooledHealthInterval = 5 * time.Second
 )
 
 // endpointUnit is everything one endpoint needs in a receiver process: its database

@@ -1,0 +1,190 @@
+package dataplanecmd_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
+)
+
+// poolScaleEnv lists the endpoint counts TestPoolIdleEndpointsScale measures
+// ("1,10,50,200"); the test is skipped without it.
+const poolScaleEnv = "HOOKKEEPER_POOL_SCALE"
+
+// TestPoolIdleEndpointsScale measures what idle endpoints cost a receiver pool: for each
+// count, a pool process of its own serves that many endpoints of one database (one
+// schema, so setup stays quick), and the test prints its resident memory, goroutines
+// and the database sessions it holds once all are ready, and again after the idle
+// connections have had time to close. HOOKKEEPER_POOL_SCALE=1,10,50,200 go test
+// ./internal/dataplanecmd -run TestPoolIdleEndpointsScale -v
+func TestPoolIdleEndpointsScale(t *testing.T) {
+	spec := os.Getenv(poolScaleEnv)
+	if spec == "" {
+		t.Skip("set " + poolScaleEnv + "=1,10,50 to measure")
+	}
+	settle := 45 * time.Second
+	if s := os.Getenv("HOOKKEEPER_POOL_SCALE_SETTLE"); s != "" {
+		var err error
+		if settle, err = time.ParseDuration(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := strings.Fields(os.Getenv("HOOKKEEPER_POOL_SCALE_ARGS"))
+	var rows []string
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("%s: %v", poolScaleEnv, err)
+		}
+		rows = append(rows, measurePool(t, n, settle, extra))
+	}
+	t.Logf("endpoints | RSS ready | RSS settled | goroutines | DB sessions ready | DB sessions settled\n%s", strings.Join(rows, "\n"))
+}
+
+func measurePool(t *testing.T, n int, settle time.Duration, extra []string) string {
+	db := testsupport.MigratedDatabase(t, "hookkeeper")
+	dbName := func() string { c, _ := pgx.ParseConfig(db); return c.Database }()
+	// A sink that answers, as a healthy endpoint's does (an unreachable one keeps the
+	// dispatchers probing it).
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer sink.Close()
+	vol := newSecretVolume(t)
+	for i := range n {
+		name := fmt.Sprintf("ep-%03d", i)
+		vol.files[name+".json"] = poolEndpoint{name: name, schema: "hookkeeper", sinkURL: sink.URL}.manifest()
+		vol.files[name+".env"] = []byte(config.EnvDatabaseURL + "=" + db + "\n" + config.EnvSigningSecretPrefix + "0=whsec_" + name + "\n")
+	}
+	vol.publish()
+
+	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
+	args, _ := json.Marshal(append([]string{"--endpoints-dir", vol.dir, "--listen-address", webhookAddr,
+		"--admin-address", adminAddr, "--log-level", "error", "--heartbeat-interval", "5s", "--pod-name", "scale"}, extra...))
+	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
+	child.Env = append(os.Environ(), "HOOKKEEPER_TEST_RECEIVER_ARGS="+string(args))
+	var out strings.Builder
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	defer func() {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = child.Process.Kill()
+			<-exited
+		}
+	}()
+	began := time.Now()
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 60*time.Second, func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("pool exited:\n%s", out.String())
+		default:
+			return nil
+		}
+	})
+	testsupport.Eventually(t, 2*time.Minute, 200*time.Millisecond, "every endpoint ready", func() error {
+		resp, err := http.Get("http://" + adminAddr + "/endpoints")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var list []struct{ Ready bool }
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			return err
+		}
+		ready := 0
+		for _, e := range list {
+			if e.Ready {
+				ready++
+			}
+		}
+		if ready != n {
+			return fmt.Errorf("%d of %d ready", ready, n)
+		}
+		return nil
+	})
+	// One webhook each, so every endpoint has served once.
+	pool := &runningPool{webhook: "http://" + webhookAddr}
+	for i := range n {
+		name := fmt.Sprintf("ep-%03d", i)
+		if c := pool.post(t, "/"+name+"/", "whsec_"+name); c != http.StatusOK {
+			t.Fatalf("%s: %d", name, c)
+		}
+	}
+	t.Logf("%d endpoints: all ready and served once after %s", n, time.Since(began).Round(time.Millisecond))
+	admin, err := pgx.Connect(context.Background(), testsupport.ServerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	sessions := func() int {
+		var c int
+		if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	rssReady, sessReady := rssOf(t, child.Process.Pid), sessions()
+	// Idle: no traffic while pooled connections idle out (pooledConnIdleTime).
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			t.Fatalf("pool exited:\n%s", out.String())
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	rssSettled, sessSettled := rssOf(t, child.Process.Pid), sessions()
+	goroutines := metricValue(t, adminAddr, "go_goroutines")
+	return fmt.Sprintf("%9d | %6d MiB | %8d MiB | %10s | %17d | %d", n, rssReady>>20, rssSettled>>20, goroutines, sessReady, sessSettled)
+}
+
+func rssOf(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(status)
+	if m == nil {
+		t.Fatal("no VmRSS")
+	}
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return kb << 10
+}
+
+func metricValue(t *testing.T, adminAddr, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		return "?"
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return "?"
+}
