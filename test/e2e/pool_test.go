@@ -23,7 +23,9 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
-// envPoolEndpoints sets how many endpoints the pool spec creates (default 20).
+// envPoolEndpoints sets how many endpoints the pool spec creates (default 10: each
+// pooled endpoint holds about two database sessions per replica while idle, and CI's
+// PostgreSQL allows 100 for every test running at once).
 const envPoolEndpoints = "HOOKKEEPER_E2E_POOL_ENDPOINTS"
 
 // One WebhookReceiverPool of two replicas serving many endpoints of the Stripe sample's
@@ -47,6 +49,7 @@ var _ = Describe("a receiver pool", Ordered, func() {
 			ep.Spec.Receiver.Replicas = nil
 			ep.Spec.Receiver.Resources = sample.Spec.Receiver.Resources
 			ep.Spec.Receiver.PoolRef = &v1alpha1.PoolReference{Name: poolName}
+			ep.Spec.Database.MaxConnections = v1alpha1.MinMaxConnections
 			return ep
 		}
 		post = func(ctx context.Context, ep *v1alpha1.WebhookEndpoint, id string) (int, error) {
@@ -64,7 +67,7 @@ var _ = Describe("a receiver pool", Ordered, func() {
 		ns = session.Samples.Namespace
 		sample = session.Samples.Endpoints[0]
 		secret = session.Samples.SigningSecrets[sample.Name]
-		n = 20
+		n = 10
 		if v := os.Getenv(envPoolEndpoints); v != "" {
 			var err error
 			n, err = strconv.Atoi(v)
