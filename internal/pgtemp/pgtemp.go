@@ -38,7 +38,12 @@ type Settings struct {
 	// Durable keeps fsync and synchronous_commit on, so a crash (see Crash) loses no
 	// acknowledged commit. Off by default: tests that never crash the server run faster.
 	Durable bool
+	// MaxConnections is the server's max_connections; DefaultMaxConnections when zero.
+	MaxConnections int
 }
+
+// DefaultMaxConnections is a throwaway server's max_connections.
+const DefaultMaxConnections = 300
 
 // BinDir finds the directory holding initdb and pg_ctl: PATH first, then the Debian and
 // RPM layouts, newest version first.
@@ -104,7 +109,11 @@ func StartWith(ctx context.Context, settings Settings) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	s.options = fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
+	maxConns := settings.MaxConnections
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConnections
+	}
+	s.options = fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=%d", port, dir, maxConns)
 	if !settings.Durable {
 		s.options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/loopback"
+	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -29,6 +30,9 @@ var poolSizes = []int{1, 10, 50, 200}
 // RSS of one; a dedicated endpoint's figures are that times its replicas.
 const dedicatedSample = 3
 
+// poolMaxConnections is max_connections of the pool suite's own server.
+const poolMaxConnections = 1000
+
 // receiverCPURequest is the default CPU request of a receiver pod, in millicores
 // (resources.defaultResources).
 const receiverCPURequest = 100
@@ -40,11 +44,14 @@ const receiverCPURequest = 100
 // default request of the pods either way (100m each); database connections are those
 // PostgreSQL reports for the receivers.
 func runPoolSuite(ctx context.Context, env *Env) ([]Row, error) {
-	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_pool")
+	// A server of its own: idle pooled endpoints hold about two sessions each, more at
+	// 200 endpoints than a default max_connections (100) allows.
+	pg, err := pgtemp.StartWith(ctx, pgtemp.Settings{Durable: true, MaxConnections: poolMaxConnections})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start a PostgreSQL for the pool suite: %w", err)
 	}
-	defer drop()
+	defer pg.Stop()
+	dbURL := pg.URL
 	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
 		return nil, fmt.Errorf("migrate pool bench database: %w", err)
 	}
