@@ -159,6 +159,23 @@ func receiverConns(ctx context.Context, db *pgx.Conn) (int64, error) {
 	return n, err
 }
 
+// startQuietReceiver starts `receiver` with args on free addresses, logging warnings
+// only, and returns it with its webhook address.
+func startQuietReceiver(ctx context.Context, env *Env, procEnv []string, args ...string) (*Process, string, error) {
+	webhookAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	adminAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	args = append(append([]string{"receiver"}, args...),
+		"--listen-address", webhookAddr, "--admin-address", adminAddr, "--log-level", "warn")
+	proc, err := env.StartHookkeeper(ctx, adminAddr, procEnv, args...)
+	return proc, webhookAddr, err
+}
+
 // measurePool starts one receiver serving n endpoints from a directory, sends each one
 // webhook, and reads its RSS and the connections it holds.
 func measurePool(ctx context.Context, env *Env, db *pgx.Conn, vars map[string]string, n int) (footprint, error) {
@@ -170,17 +187,8 @@ func measurePool(ctx context.Context, env *Env, db *pgx.Conn, vars map[string]st
 	if err := writeEndpointFiles(dir, names, vars); err != nil {
 		return footprint{}, fmt.Errorf("write pool endpoints: %w", err)
 	}
-	webhookAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return footprint{}, err
-	}
-	adminAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return footprint{}, err
-	}
 	begin := time.Now()
-	proc, err := env.StartHookkeeper(ctx, adminAddr, nil, "receiver", "--endpoints-dir", dir,
-		"--listen-address", webhookAddr, "--admin-address", adminAddr, "--log-level", "warn")
+	proc, webhookAddr, err := startQuietReceiver(ctx, env, nil, "--endpoints-dir", dir)
 	if err != nil {
 		return footprint{}, err
 	}
@@ -237,16 +245,7 @@ func measureDedicated(ctx context.Context, env *Env, db *pgx.Conn, vars map[stri
 		if err := os.WriteFile(manifest, data, 0o600); err != nil {
 			return footprint{}, err
 		}
-		webhookAddr, err := loopback.FreeAddr(ctx)
-		if err != nil {
-			return footprint{}, err
-		}
-		adminAddr, err := loopback.FreeAddr(ctx)
-		if err != nil {
-			return footprint{}, err
-		}
-		proc, err := env.StartHookkeeper(ctx, adminAddr, procEnv, "receiver", "--endpoint", manifest,
-			"--listen-address", webhookAddr, "--admin-address", adminAddr, "--log-level", "warn")
+		proc, webhookAddr, err := startQuietReceiver(ctx, env, procEnv, "--endpoint", manifest)
 		if err != nil {
 			return footprint{}, err
 		}
