@@ -48,48 +48,62 @@ func TestCommittedReferenceIsCurrent(t *testing.T) {
 	}
 }
 
-// Every field of the schema appears in the section of its parent, with its description.
+// Every field of every CRD's schema appears in the section of its parent, under that
+// CRD's heading, with its description.
 func TestEveryFieldIsDocumented(t *testing.T) {
 	crds := loadRepoCRDs(t)
-	out := render(t, crds)
-	sections := splitSections(out)
-	var walk func(path string, s *Schema)
+	kinds := splitKinds(render(t, crds))
 	checked := 0
-	walk = func(path string, s *Schema) {
-		child, childPath := objectOf(s, path)
-		if child == nil {
-			return
-		}
-		title := childPath
-		if title == "" {
-			title = crds[0].Spec.Names.Kind
-		}
-		body, ok := sections[title]
-		if !ok {
-			t.Errorf("no section for %s", title)
-			return
-		}
-		for name, f := range child.Properties {
-			row := "| `" + name + "` |"
-			if !strings.Contains(body, row) {
-				t.Errorf("section %s has no row for %s", title, name)
+	for _, crd := range crds {
+		kind := crd.Spec.Names.Kind
+		sections := splitSections(kinds[kind])
+		var walk func(path string, s *Schema)
+		walk = func(path string, s *Schema) {
+			child, childPath := objectOf(s, path)
+			if child == nil {
+				return
 			}
-			if f.Description != "" && !strings.Contains(body, escapeCell(f.Description)) {
-				t.Errorf("section %s lacks the description of %s", title, name)
+			title := childPath
+			if title == "" {
+				title = kind
 			}
-			checked++
-			walk(childPath+"."+name, f)
+			body, ok := sections[title]
+			if !ok {
+				t.Errorf("%s: no section for %s", kind, title)
+				return
+			}
+			for name, f := range child.Properties {
+				row := "| `" + name + "` |"
+				if !strings.Contains(body, row) {
+					t.Errorf("%s: section %s has no row for %s", kind, title, name)
+				}
+				if f.Description != "" && !strings.Contains(body, escapeCell(f.Description)) {
+					t.Errorf("%s: section %s lacks the description of %s", kind, title, name)
+				}
+				checked++
+				walk(childPath+"."+name, f)
+			}
 		}
-	}
-	for _, v := range crds[0].Spec.Versions {
-		walk("", v.Schema.OpenAPIV3Schema)
+		for _, v := range crd.Spec.Versions {
+			walk("", v.Schema.OpenAPIV3Schema)
+		}
 	}
 	if checked < 50 {
 		t.Fatalf("checked only %d fields; the walk is not reaching the schema", checked)
 	}
 }
 
-// splitSections maps each "### `title`" heading to the text up to the next heading.
+// splitKinds cuts the reference into one part per "## Kind" heading.
+func splitKinds(doc string) map[string]string {
+	out := map[string]string{}
+	parts := strings.Split(doc, "\n## ")
+	for _, p := range parts[1:] {
+		kind, _, _ := strings.Cut(p, "\n")
+		out[kind] = "\n" + p
+	}
+	return out
+}
+
 func splitSections(doc string) map[string]string {
 	out := map[string]string{}
 	parts := strings.Split(doc, "\n### `")
