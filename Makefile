@@ -102,7 +102,9 @@ bench: tools build image-test-archive ## Run the receiver, dispatcher and image 
 SOAK_DURATION ?= 30m
 .PHONY: soak
 soak: ## Drive a receiver for SOAK_DURATION (30m) with retention pruning, printing latency and table sizes per minute.
-	SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./test/soak -run '^TestSoak$$' -count=1 -v -timeout 0
+	@# A throwaway server of its own: PostgreSQL's defaults (autovacuum on), whatever the
+	@# local server's settings are.
+	TEST_POSTGRES=throwaway SOAK_DURATION=$(SOAK_DURATION) $(GO) test ./test/soak -run '^TestSoak$$' -count=1 -v -timeout 0
 
 ##@ Build
 

@@ -151,8 +151,12 @@ func TestSoak(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); l.run(loadCtx, p.rate) }()
 
-	fmt.Printf("soak: %s at %d webhooks/s; retention payloadFor 1h, dedupeFor 2h, deliveredFor 1h, pruning every %s\n",
-		p.duration, p.rate, p.retentionInterval)
+	var autovacuum string
+	if err := pool.QueryRow(ctx, `SHOW autovacuum`).Scan(&autovacuum); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("soak: %s at %d webhooks/s; retention payloadFor 1h, dedupeFor 2h, deliveredFor 1h, pruning every %s; the server's autovacuum is %s\n",
+		p.duration, p.rate, p.retentionInterval, autovacuum)
 	fmt.Printf("%8s %6s %5s %8s %8s %8s %9s %9s %9s %9s %8s %8s %8s\n", "elapsed", "sent", "non2xx", "p50", "p99", "max",
 		"receipts", "payloads", "outbox", "tablesMB", "-payload", "-receipt", "-deliv")
 	var intervals []interval
