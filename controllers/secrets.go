@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -108,13 +109,13 @@ func secretValues(ctx context.Context, reader client.Reader, ns string, refs []r
 		if !ok {
 			secret = &corev1.Secret{}
 			err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, secret)
-			if client.IgnoreNotFound(err) != nil {
-				return nil, nil, fmt.Errorf("get Secret %s/%s: %w", ns, ref.Name, err)
-			}
-			if err != nil {
+			if apierrors.IsNotFound(err) {
 				return nil, &secretProblem{ReasonSecretNotFound, fmt.Sprintf(
 					"Secret %s/%s not found (referenced by %s); create it or fix the reference",
 					ns, ref.Name, ref.Field)}, nil
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("get Secret %s/%s: %w", ns, ref.Name, err)
 			}
 			secrets[ref.Name] = secret
 		}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -127,13 +128,14 @@ func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool 
 			continue
 		}
 		m := v1alpha1.PoolMember{Name: ep.Name, Path: resources.PoolPath(ep)}
-		mc, why, err := r.member(ctx, ep, now, validate)
-		if err != nil {
+		mc, err := r.member(ctx, ep, now, validate)
+		var problem memberProblem
+		switch {
+		case errors.As(err, &problem):
+			m.Message = oneLine(problem.msg)
+		case err != nil:
 			return nil, nil, time.Time{}, err
-		}
-		if why != "" {
-			m.Message = oneLine(why)
-		} else {
+		default:
 			m.Loaded = true
 			configs = append(configs, mc)
 		}
@@ -146,31 +148,37 @@ func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool 
 	return members, configs, requeueAt, nil
 }
 
-// member renders one endpoint for the pool; why says what keeps it out.
+// memberProblem is what keeps an endpoint out of its pool that a person must fix (its
+// config, its Secrets); the pool's status lists it. Other errors are the API's.
+type memberProblem struct{ msg string }
+
+func (p memberProblem) Error() string { return p.msg }
+
+// member renders one endpoint for the pool; a memberProblem says what keeps it out.
 func (r *WebhookReceiverPoolReconciler) member(ctx context.Context, ep *v1alpha1.WebhookEndpoint, now time.Time,
-	validate func(*v1alpha1.WebhookEndpoint) error) (resources.PoolMemberConfig, string, error) {
+	validate func(*v1alpha1.WebhookEndpoint) error) (resources.PoolMemberConfig, error) {
 	if err := validate(ep); err != nil {
-		return resources.PoolMemberConfig{}, "invalid config: " + err.Error(), nil
+		return resources.PoolMemberConfig{}, memberProblem{"invalid config: " + err.Error()}
 	}
 	rendered, err := resources.Render(ep, now)
 	if err != nil {
-		return resources.PoolMemberConfig{}, "render: " + err.Error(), nil
+		return resources.PoolMemberConfig{}, memberProblem{"render: " + err.Error()}
 	}
 	if len(rendered.ActiveSecrets) == 0 {
-		return resources.PoolMemberConfig{}, "every spec.signingSecrets entry has passed its expiresAt; add a current secret", nil
+		return resources.PoolMemberConfig{}, memberProblem{"every spec.signingSecrets entry has passed its expiresAt; add a current secret"}
 	}
 	values, problem, err := secretValues(ctx, r.reader(), ep.Namespace, rendered.Refs)
 	if err != nil {
-		return resources.PoolMemberConfig{}, "", err
+		return resources.PoolMemberConfig{}, err
 	}
 	if problem != nil {
-		return resources.PoolMemberConfig{}, problem.message, nil
+		return resources.PoolMemberConfig{}, memberProblem{problem.message}
 	}
 	mc, err := resources.PoolMember(ep, rendered, values)
 	if err != nil {
-		return resources.PoolMemberConfig{}, err.Error(), nil
+		return resources.PoolMemberConfig{}, memberProblem{err.Error()}
 	}
-	return mc, "", nil
+	return mc, nil
 }
 
 // applyReceivers applies the endpoints Secret first (the pods mount it), then the

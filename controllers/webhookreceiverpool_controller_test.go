@@ -150,7 +150,7 @@ func (e *env) testReceiverPool(t *testing.T) {
 		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), d)).To(Succeed())
 		for _, mf := range d.ManagedFields {
 			if mf.Manager == controllers.FieldOwner && mf.FieldsV1 != nil {
-				g.Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(`"f:replicas"`), "the operator must not own replicas the HPA owns")
+				g.Expect(mf.FieldsV1.GetRawString()).NotTo(ContainSubstring(`"f:replicas"`), "the operator must not own replicas the HPA owns")
 			}
 		}
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())

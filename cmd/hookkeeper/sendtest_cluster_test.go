@@ -117,7 +117,9 @@ func newSendTestFixture(t *testing.T) *sendTestFixture {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-served
+		if err := <-served; err != nil {
+			t.Logf("receiver: %v", err)
+		}
 	})
 	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
 		select {

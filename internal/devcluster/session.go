@@ -64,19 +64,19 @@ type Session struct {
 	// Samples is set once the samples are applied.
 	Samples *Samples
 
-	pg       *pgtemp.Server
-	runCtx   context.Context
-	cancel   context.CancelFunc
+	pg     *pgtemp.Server
+	runCtx context.Context
+	cancel context.CancelFunc
 	// operator stops the in-process operator and closes operatorDone once it has.
 	operatorMu   sync.Mutex
 	operator     context.CancelFunc
 	operatorDone chan struct{}
-	wg       sync.WaitGroup
-	errMu    sync.Mutex
-	errs     []error
-	failed   chan struct{}
-	failOnce sync.Once
-	ownsDir  bool
+	wg           sync.WaitGroup
+	errMu        sync.Mutex
+	errs         []error
+	failed       chan struct{}
+	failOnce     sync.Once
+	ownsDir      bool
 }
 
 // StartSession starts the cluster, the node agent, the Service proxy, PostgreSQL, the

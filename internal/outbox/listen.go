@@ -127,19 +127,18 @@ func (l *Listener) wake(endpoint string, all bool) {
 func (l *Listener) Run(ctx context.Context) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		err := l.listenOnce(ctx)
+		lost := l.listenOnce(ctx)
 		if ctx.Err() != nil {
-			return nil
+			break // stopping, not lost
 		}
 		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
-		l.log.Error(err, "shared LISTEN connection lost; dispatchers poll until it is back", "reconnectIn", backoff)
+		l.log.Error(lost, "shared LISTEN connection lost; dispatchers poll until it is back", "reconnectIn", backoff)
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(backoff):
 		}
 	}
-	return nil
+	return nil //nolint:nilerr // ending with ctx is not a failure; each lost connection was logged and retried
 }
 
 func (l *Listener) listenOnce(ctx context.Context) error {

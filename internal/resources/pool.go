@@ -139,11 +139,11 @@ func PoolMember(ep *v1alpha1.WebhookEndpoint, rendered Rendered, values map[stri
 	for _, ref := range rendered.Refs {
 		v, ok := values[ref.Name+"/"+ref.Key]
 		if !ok {
-			return PoolMemberConfig{}, fmt.Errorf("Secret %s key %q (%s) was not read", ref.Name, ref.Key, ref.Field)
+			return PoolMemberConfig{}, fmt.Errorf("key %q of Secret %s (%s) was not read", ref.Key, ref.Name, ref.Field)
 		}
 		if bytes.ContainsAny(v, "\r\n") {
-			return PoolMemberConfig{}, fmt.Errorf("Secret %s key %q (%s) holds a line break, which a pool's endpoints file cannot carry; remove it or serve the endpoint from its own receivers",
-				ref.Name, ref.Key, ref.Field)
+			return PoolMemberConfig{}, fmt.Errorf("key %q of Secret %s (%s) holds a line break, which a pool's endpoints file cannot carry; remove it or serve the endpoint from its own receivers",
+				ref.Key, ref.Name, ref.Field)
 		}
 		env[ref.EnvVar] = string(v)
 	}

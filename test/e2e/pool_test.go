@@ -13,6 +13,8 @@ import (
 	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
 	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,32 @@ import (
 // PostgreSQL allows 100 for every test running at once).
 const envPoolEndpoints = "HOOKKEEPER_E2E_POOL_ENDPOINTS"
 
+// ownSecretsSigningKey signs the webhooks of endpoints made by ownEndpoint.
+const ownSecretsSigningKey = "whsec_e2e_own_endpoints_secret"
+
+// ownEndpoint is an endpoint of the Stripe orders sample's shape named name, whose
+// Secrets are its spec's own (Secret e2e-own-signing and e2e-own-db, created once): the
+// sample's specs rotate and delete the sample's, and specs run in random order.
+func ownEndpoint(ctx context.Context, name string) *v1alpha1.WebhookEndpoint {
+	ns := session.Samples.Namespace
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-signing", Namespace: ns}, StringData: map[string]string{"current": ownSecretsSigningKey}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-db", Namespace: ns}, StringData: map[string]string{"uri": databaseURL}},
+	} {
+		if err := session.Samples.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	ep := &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	ep.Spec = *session.Samples.Endpoints[0].Spec.DeepCopy()
+	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{{SecretKeyRef: corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-signing"}, Key: "current"}}}
+	ep.Spec.Database.URLSecretRef = corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-db"}, Key: "uri"}
+	ep.Spec.Exposure = nil
+	return ep
+}
+
 // One WebhookReceiverPool of two replicas serving many endpoints of the Stripe sample's
 // shape, each on its own path: every endpoint accepts a signed webhook, and adding,
 // changing and deleting endpoints while another takes traffic costs that one nothing.
@@ -36,18 +64,13 @@ var _ = Describe("a receiver pool", Ordered, func() {
 	var (
 		c        client.Client
 		ns       string
-		sample   *v1alpha1.WebhookEndpoint
-		secret   string
 		n        int
 		names    []string
 		created  time.Time
 		run      = strconv.FormatInt(time.Now().UnixNano(), 36)
 		endpoint = func(name string) *v1alpha1.WebhookEndpoint {
-			ep := &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-			ep.Spec = *sample.Spec.DeepCopy()
-			ep.Spec.Exposure = nil
+			ep := ownEndpoint(context.Background(), name)
 			ep.Spec.Receiver.Replicas = nil
-			ep.Spec.Receiver.Resources = sample.Spec.Receiver.Resources
 			ep.Spec.Receiver.PoolRef = &v1alpha1.PoolReference{Name: poolName}
 			ep.Spec.Database.MaxConnections = v1alpha1.MinMaxConnections
 			return ep
@@ -58,15 +81,13 @@ var _ = Describe("a receiver pool", Ordered, func() {
 				return 0, err
 			}
 			body := demo.StripeEvent(id, "payment_intent.succeeded", "pool-order-"+id, 100, time.Now())
-			return demo.PostStripe(ctx, url, secret, body)
+			return demo.PostStripe(ctx, url, ownSecretsSigningKey, body)
 		}
 	)
 
 	BeforeAll(func(ctx SpecContext) {
 		c = session.Samples.Client
 		ns = session.Samples.Namespace
-		sample = session.Samples.Endpoints[0]
-		secret = session.Samples.SigningSecrets[sample.Name]
 		n = 10
 		if v := os.Getenv(envPoolEndpoints); v != "" {
 			var err error

@@ -22,6 +22,7 @@ import (
 var _ = Describe("a WebhookReplay", Ordered, func() {
 	var (
 		db  *pgx.Conn
+		ep  *v1alpha1.WebhookEndpoint
 		key string
 		ids []int64
 		run = strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -32,7 +33,16 @@ var _ = Describe("a WebhookReplay", Ordered, func() {
 		db, err = session.DB(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = db.Close(context.Background()) })
-		ep := session.Samples.Endpoints[0]
+		// An endpoint of its own, with receivers (whose dispatchers deliver what the
+		// replay re-drives): the sample's specs delete the sample's endpoint.
+		ep = ownEndpoint(ctx, "replay-e2e")
+		Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
+		Eventually(func(g Gomega) {
+			cur := &v1alpha1.WebhookEndpoint{}
+			g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		key = session.Samples.Namespace + "/" + ep.Name
 		for i := range 3 {
 			var id int64
@@ -49,7 +59,7 @@ RETURNING id`, key, fmt.Sprintf("replay_%s_%d", run, i)).Scan(&id)).To(Succeed()
 		replay := &v1alpha1.WebhookReplay{
 			ObjectMeta: metav1.ObjectMeta{Name: "redrive-" + run, Namespace: session.Samples.Namespace},
 			Spec: v1alpha1.WebhookReplaySpec{
-				EndpointRef: v1alpha1.EndpointReference{Name: session.Samples.Endpoints[0].Name},
+				EndpointRef: v1alpha1.EndpointReference{Name: ep.Name},
 				DeadLetters: true, IDs: ids,
 			},
 		}

@@ -130,7 +130,7 @@ func TestSoak(t *testing.T) {
 	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
 		select {
 		case err := <-served:
-			return fmt.Errorf("receiver stopped: %v", err)
+			return fmt.Errorf("receiver stopped: %w", err)
 		default:
 			return nil
 		}
