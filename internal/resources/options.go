@@ -53,7 +53,7 @@ func image(override string, opts Options) string {
 func defaultResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceCPU:    resource.MustParse(DefaultReceiverCPURequest),
 			corev1.ResourceMemory: resource.MustParse(DefaultReceiverMemoryRequest),
 		},
 		Limits: corev1.ResourceList{
@@ -62,8 +62,10 @@ func defaultResources() corev1.ResourceRequirements {
 	}
 }
 
-// The default memory of receiver and migration pods; see defaultResources.
+// The default CPU request and memory of receiver and migration pods; see
+// defaultResources.
 const (
+	DefaultReceiverCPURequest    = "100m"
 	DefaultReceiverMemoryRequest = "48Mi"
 	DefaultReceiverMemoryLimit   = "128Mi"
 )

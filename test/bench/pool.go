@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -33,9 +35,11 @@ const dedicatedSample = 3
 // poolMaxConnections is max_connections of the pool suite's own server.
 const poolMaxConnections = 1000
 
-// receiverCPURequest is the default CPU request of a receiver pod, in millicores
-// (resources.defaultResources).
-const receiverCPURequest = 100
+// receiverCPURequest is the default CPU request of a receiver pod, in millicores.
+var receiverCPURequest = func() int {
+	q := resource.MustParse(resources.DefaultReceiverCPURequest)
+	return int(q.MilliValue())
+}()
 
 // runPoolSuite measures what serving N quiet endpoints costs, pooled against
 // dedicated: one `hookkeeper-receiver receiver --endpoints-dir` process serving all N
