@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -50,6 +51,9 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 			w.Spec.Entity.Table = &v1alpha1.EntityTableSpec{Name: "orders", KeyColumn: "id", StateColumn: "status"}
 			w.Spec.NetworkPolicy.Egress = &v1alpha1.EgressSpec{}
 		},
+		"autoscaling": func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Receiver.Autoscaling = &v1alpha1.AutoscalingSpec{MaxReplicas: 4}
+		},
 	}
 	i := 0
 	for name, mutate := range cases {
@@ -82,6 +86,28 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 				t.Errorf("Default is not idempotent:\n%s", jsonDiff(t, *want, *again))
 			}
 		})
+	}
+}
+
+// A WebhookReceiverPool's defaults, as the API server stores them, equal
+// WebhookReceiverPoolSpec.Default's, with and without autoscaling.
+func TestPoolDefaultsMatchTheAPIServer(t *testing.T) {
+	c, ctx := newClient(t)
+	for i, spec := range []v1alpha1.WebhookReceiverPoolSpec{{}, {Autoscaling: &v1alpha1.AutoscalingSpec{MaxReplicas: 5}}} {
+		in := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-defaults-%d", i), Namespace: "default"}, Spec: spec}
+		want := spec.DeepCopy()
+		want.Default()
+		if err := c.Create(ctx, in); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
+		var got v1alpha1.WebhookReceiverPool
+		if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		if !reflect.DeepEqual(got.Spec, *want) {
+			t.Errorf("pool %d: the API server's defaults differ from WebhookReceiverPoolSpec.Default (-apiserver +go):\n%s", i, jsonDiff(t, got.Spec, *want))
+		}
 	}
 }
 
