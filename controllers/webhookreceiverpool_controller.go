@@ -2,12 +2,15 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +31,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // Reasons of a pool's conditions and of a pooled endpoint's ReceiverAvailable.
@@ -385,14 +389,87 @@ func (r *WebhookEndpointReconciler) reconcilePooled(ctx context.Context, st *sta
 		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonUnavailable,
 			fmt.Sprintf("WebhookReceiverPool %s: %s", name, msg))
 	default:
-		if st.transitioned(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable) {
-			r.event(ep, corev1.EventTypeNormal, EventReceiverAvailable, "Rollout",
-				"served by WebhookReceiverPool %s at %s", name, resources.PoolPath(ep))
-		}
-		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable,
-			fmt.Sprintf("served by WebhookReceiverPool %s at %s (%d replica(s) ready)", name, resources.PoolPath(ep), pool.Status.ReadyReplicas))
+		return r.poolServes(ctx, st, name)
 	}
 	return nil
+}
+
+// poolServingPoll is how often the operator looks again while a pool's receivers have
+// not yet reported the endpoint's current config.
+const poolServingPoll = 2 * time.Second
+
+// poolServes sets ReceiverAvailable from the heartbeats the pool's receivers write into
+// the endpoint's schema (they hold no API credentials): True once a receiver reports
+// the endpoint ready with the config the operator rendered last, so Ready never comes
+// before the pool serves what it says.
+func (r *WebhookEndpointReconciler) poolServes(ctx context.Context, st *state, pool string) error {
+	ep := st.ep
+	ref := ep.Spec.Database.URLSecretRef
+	sum := sha256.Sum256(st.rendered.JSON)
+	hb, err := readPoolHeartbeats(ctx, string(st.values[ref.Name+"/"+ref.Key]), ep.Spec.Database.Schema,
+		ep.Namespace+"/"+ep.Name, hex.EncodeToString(sum[:8]))
+	switch {
+	case err != nil:
+		st.requeue(st.now.Add(poolServingPoll))
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionUnknown, ReasonUnavailable,
+			fmt.Sprintf("cannot read the heartbeats WebhookReceiverPool %s's receivers write in schema %q: %s", pool, ep.Spec.Database.Schema, oneLine(err.Error())))
+	case hb.serving == 0:
+		st.requeue(st.now.Add(poolServingPoll))
+		msg := fmt.Sprintf("waiting for WebhookReceiverPool %s's receivers to serve the endpoint's current config (%d of %d report it)", pool, hb.serving, hb.reporting)
+		if hb.detail != "" {
+			msg += ": " + hb.detail
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonNotLoaded, msg)
+	default:
+		if st.transitioned(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable) {
+			r.event(ep, corev1.EventTypeNormal, EventReceiverAvailable, "Rollout",
+				"served by WebhookReceiverPool %s at %s", pool, resources.PoolPath(ep))
+		}
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionTrue, ReasonAvailable,
+			fmt.Sprintf("served by WebhookReceiverPool %s at %s (%d receiver(s) serve its current config)", pool, resources.PoolPath(ep), hb.serving))
+	}
+	return nil
+}
+
+// poolHeartbeats sums up the heartbeat rows of one endpoint that are recent.
+type poolHeartbeats struct {
+	serving, reporting int
+	detail             string
+}
+
+// heartbeatFresh is how old a heartbeat may be and still count: three of the
+// receivers' intervals.
+const heartbeatFresh = "90 seconds"
+
+// readPoolHeartbeats reads the endpoint's recent heartbeats with one connection, closed
+// at once. serving counts receivers ready with the manifest whose SHA-256 starts with
+// manifestHash (the first part of the config_hash they write).
+func readPoolHeartbeats(ctx context.Context, url, schema, endpoint, manifestHash string) (poolHeartbeats, error) {
+	var hb poolHeartbeats
+	if url == "" {
+		return hb, errors.New("the database URL is not resolved")
+	}
+	ctx, cancel := context.WithTimeout(ctx, sinkHealthTimeout)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return hb, errors.New("the database URL is not a valid PostgreSQL connection string")
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return hb, fmt.Errorf("connect to the database: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	err = conn.QueryRow(ctx, `SELECT
+  count(*) FILTER (WHERE ready AND config_hash LIKE $2 || '-%'),
+  count(*),
+  coalesce(string_agg(DISTINCT detail, '; ') FILTER (WHERE detail <> ''), '')
+FROM `+store.TablesIn(schema).ReceiverHeartbeats+`
+WHERE endpoint = $1 AND seen_at > now() - interval '`+heartbeatFresh+`'`, endpoint, manifestHash).Scan(&hb.serving, &hb.reporting, &hb.detail)
+	if err != nil {
+		return hb, fmt.Errorf("read heartbeats: %w", err)
+	}
+	return hb, nil
 }
 
 // endpointsOfPool maps a pool to the endpoints that name it.

@@ -1,9 +1,13 @@
 package controllers_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -18,6 +22,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 func (e *env) pool(g Gomega, ns, name string) *v1alpha1.WebhookReceiverPool {
@@ -52,7 +57,11 @@ func (e *env) poolFiles(g Gomega, p *v1alpha1.WebhookReceiverPool) map[string]st
 func (e *env) testReceiverPool(t *testing.T) {
 	g := NewWithT(t)
 	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	// A real database: the operator reads the pool's heartbeats from it, which this test
+	// writes as the pool's receivers would.
+	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
 	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns}}
 	g.Expect(e.k8s.Create(e.ctx, p)).To(Succeed())
 	a := e.create(t, pooled(ns, "orders", "shared"))
@@ -78,7 +87,7 @@ func (e *env) testReceiverPool(t *testing.T) {
 		g.Expect(files).To(HaveKey("orders.json"))
 		g.Expect(files).To(HaveKey("refunds.json"))
 		g.Expect(files).NotTo(HaveKey("broken.json"))
-		g.Expect(files["orders.env"]).To(ContainSubstring(config.EnvDatabaseURL + "=postgres://app@db.example:5432/app\n"))
+		g.Expect(files["orders.env"]).To(ContainSubstring(config.EnvDatabaseURL + "=" + dbURL + "\n"))
 		g.Expect(files["orders.env"]).To(ContainSubstring(config.EnvSigningSecretPrefix + "0=whsec_current\n"))
 		g.Expect(files["orders.json"]).To(ContainSubstring(`"name":"orders"`))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
@@ -92,9 +101,21 @@ func (e *env) testReceiverPool(t *testing.T) {
 	e.waitCondition(t, a, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonUnavailable)
 
 	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p.Name)))
-	cur := e.waitCondition(t, a, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
+	// The pool is available, but none of its receivers has said it serves the
+	// endpoint's current config: not Ready yet.
+	cur := e.waitCondition(t, a, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonNotLoaded)
+	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("(0 of 0 report it)"))
+	// A receiver of the pool reports it, ready, with the manifest the operator rendered.
+	sum := sha256.Sum256([]byte(e.poolFiles(g, p)["orders.json"]))
+	db, err := pgx.Connect(e.ctx, dbURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = db.Close(context.Background()) }()
+	_, err = db.Exec(e.ctx, `INSERT INTO hookkeeper.receiver_heartbeats (endpoint, pod, pool, ready, config_hash, seen_at)
+VALUES ($1, 'shared-pool-0', 'shared', true, $2, now())`, ns+"/orders", hex.EncodeToString(sum[:8])+"-0123abcd")
+	g.Expect(err).NotTo(HaveOccurred())
+	cur = e.waitCondition(t, a, v1alpha1.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady)
 	g.Expect(cur.Status.URL).To(Equal("http://shared-pool." + ns + ".svc/orders/stripe"))
-	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("served by WebhookReceiverPool shared at /orders/stripe"))
+	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("served by WebhookReceiverPool shared at /orders/stripe (1 receiver(s) serve its current config)"))
 	e.waitCondition(t, broken, v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, controllers.ReasonSecretNotFound)
 
 	g.Eventually(func(g Gomega) {
