@@ -250,8 +250,16 @@ func (e *replayEnv) testRedrivesOnce(t *testing.T) {
 	// The operator restarts and finds no status (as if it crashed before writing it).
 	e.stop()
 	startedAt := cur.Status.StartedAt.Time
-	cur.Status = v1alpha1.WebhookReplayStatus{}
-	g.Expect(e.k8s.Status().Update(e.ctx, cur)).To(Succeed())
+	// Read it afresh: the stopped manager may have written the status once more after
+	// cur was read (an Update of a stale copy is a conflict).
+	g.Eventually(func() error {
+		fresh := &v1alpha1.WebhookReplay{}
+		if err := e.k8s.Get(e.ctx, client.ObjectKeyFromObject(cur), fresh); err != nil {
+			return err
+		}
+		fresh.Status = v1alpha1.WebhookReplayStatus{}
+		return e.k8s.Status().Update(e.ctx, fresh)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	e.start(t)
 	again := e.waitReplay(t, wr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, controllers.ReasonReplaySucceeded)
 	g.Expect(again.Status.Selected).To(Equal(int64(3)))
