@@ -42,10 +42,17 @@ type unitOptions struct {
 	Log      logr.Logger
 }
 
-// Pooled endpoints' database pools close connections idle this long, checked this often.
+// A pooled endpoint is usually quiet: its database pool closes connections idle this
+// long, checked this often, and its dispatcher, woken by the shared LISTEN, polls and
+// refreshes its gauges rarely, so that between polls it holds no session. (Polling every
+// second kept about two sessions open per idle endpoint: 800 for 200 endpoints on two
+// replicas, against PostgreSQL's default max_connections of 100.) A retry due sooner than
+// the next poll still gets its own timer (Dispatcher).
 const (
-	pooledConnIdleTime   = 10 * time.Second
-	pooledHealthInterval = 5 * time.Second
+	pooledConnIdleTime   = time.Second
+	pooledHealthInterval = 500 * time.Millisecond
+	pooledPollInterval   = 10 * time.Second
+	pooledGaugeInterval  = 30 * time.Second
 )
 
 // endpointUnit is everything one endpoint needs in a receiver process: its database
@@ -90,6 +97,7 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 		dispatcherOpts.Logger = log.WithName("dispatcher")
 		dispatcherOpts.Listener = o.Listener
 		if o.Pooled {
+			dispatcherOpts.PollInterval, dispatcherOpts.GaugeInterval = pooledPollInterval, pooledGaugeInterval
 			// A pool refuses a configuration its dispatcher would fail on, and keeps
 			// serving the previous one; a dedicated receiver fails as it always did.
 			if err := dispatcherOpts.Check(); err != nil {
