@@ -25,9 +25,8 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
-// envPoolEndpoints sets how many endpoints the pool spec creates (default 10: each
-// pooled endpoint holds about two database sessions per replica while idle, and CI's
-// PostgreSQL allows 100 for every test running at once).
+// envPoolEndpoints sets how many endpoints the pool spec creates (default 10, to keep
+// CI's run short: each endpoint runs a migration Job on the local cluster).
 const envPoolEndpoints = "HOOKKEEPER_E2E_POOL_ENDPOINTS"
 
 // ownSecretsSigningKey signs the webhooks of endpoints made by ownEndpoint.
