@@ -70,25 +70,34 @@ func (r *WebhookEndpointReconciler) reconcileSinkHealth(ctx context.Context, st 
 	return nil
 }
 
-// readSinkHealth connects to the endpoint's database for one read. The connection is
-// closed at once: the operator keeps no database URL beyond a reconcile.
-func readSinkHealth(ctx context.Context, url, schema, endpoint string) (outbox.SinkHealth, error) {
+// readSinkHealth reads the endpoint's sink state with one connection (withEndpointDB).
+func readSinkHealth(ctx context.Context, url, schema, endpoint string) (h outbox.SinkHealth, err error) {
+	err = withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+		h, err = outbox.ReadSinkHealth(ctx, conn, store.TablesIn(schema), endpoint)
+		return err
+	})
+	return h, err
+}
+
+// withEndpointDB connects to an endpoint's database for one read and closes the
+// connection at once: the operator keeps no database URL beyond a reconcile.
+func withEndpointDB(ctx context.Context, url string, read func(context.Context, *pgx.Conn) error) error {
 	if url == "" {
-		return outbox.SinkHealth{}, errors.New("the database URL is not resolved")
+		return errors.New("the database URL is not resolved")
 	}
 	ctx, cancel := context.WithTimeout(ctx, sinkHealthTimeout)
 	defer cancel()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		// pgx's parse error can echo the URL, password included.
-		return outbox.SinkHealth{}, errors.New("the database URL is not a valid PostgreSQL connection string")
+		return errors.New("the database URL is not a valid PostgreSQL connection string")
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return outbox.SinkHealth{}, fmt.Errorf("connect to the database: %w", err)
+		return fmt.Errorf("connect to the database: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	return outbox.ReadSinkHealth(ctx, conn, store.TablesIn(schema), endpoint)
+	return read(ctx, conn)
 }
 
 // sinkDownMessage says since when the sink fails, how, what waits and what happens

@@ -441,35 +441,23 @@ type poolHeartbeats struct {
 // receivers' intervals.
 const heartbeatFresh = "90 seconds"
 
-// readPoolHeartbeats reads the endpoint's recent heartbeats with one connection, closed
-// at once. serving counts receivers ready with the manifest whose SHA-256 starts with
+// readPoolHeartbeats reads the endpoint's recent heartbeats with one connection
+// (withEndpointDB). serving counts receivers ready with the manifest whose SHA-256 starts with
 // manifestHash (the first part of the config_hash they write).
-func readPoolHeartbeats(ctx context.Context, url, schema, endpoint, manifestHash string) (poolHeartbeats, error) {
-	var hb poolHeartbeats
-	if url == "" {
-		return hb, errors.New("the database URL is not resolved")
-	}
-	ctx, cancel := context.WithTimeout(ctx, sinkHealthTimeout)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return hb, errors.New("the database URL is not a valid PostgreSQL connection string")
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return hb, fmt.Errorf("connect to the database: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	err = conn.QueryRow(ctx, `SELECT
+func readPoolHeartbeats(ctx context.Context, url, schema, endpoint, manifestHash string) (hb poolHeartbeats, err error) {
+	err = withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+		err := conn.QueryRow(ctx, `SELECT
   count(*) FILTER (WHERE ready AND config_hash LIKE $2 || '-%'),
   count(*),
   coalesce(string_agg(DISTINCT detail, '; ') FILTER (WHERE detail <> ''), '')
 FROM `+store.TablesIn(schema).ReceiverHeartbeats+`
 WHERE endpoint = $1 AND seen_at > now() - interval '`+heartbeatFresh+`'`, endpoint, manifestHash).Scan(&hb.serving, &hb.reporting, &hb.detail)
-	if err != nil {
-		return hb, fmt.Errorf("read heartbeats: %w", err)
-	}
-	return hb, nil
+		if err != nil {
+			return fmt.Errorf("read heartbeats: %w", err)
+		}
+		return nil
+	})
+	return hb, err
 }
 
 // endpointsOfPool maps a pool to the endpoints that name it.

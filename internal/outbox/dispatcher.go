@@ -81,11 +81,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 	// Side loops end with ctx.
 	var side sync.WaitGroup
-	if d.opts.Listener != nil {
-		defer d.opts.Listener.subscribe(d.opts.Endpoint, d.signal)()
-	} else {
-		side.Go(func() { d.listen(ctx) })
+	// Woken by NOTIFY: through the process's shared Listener, or a Listener of its own
+	// on the pool's database.
+	listener := d.opts.Listener
+	if listener == nil {
+		listener = newListener(d.pool.Config().ConnConfig.Copy(), log)
+		side.Go(func() { _ = listener.Run(ctx) })
 	}
+	defer listener.subscribe(d.opts.Endpoint, d.signal)()
 	side.Go(func() { d.refreshGauges(ctx) })
 
 	// Deliveries outlive ctx by the shutdown grace, then hard cuts them off. Recording
