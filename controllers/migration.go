@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,13 +28,29 @@ const maxTerminationMessage = 1024
 func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *state) error {
 	ep := st.ep
 	opts := r.resourceOptions(st)
-	hash := resources.MigrationHash(st.hashKey, ep, opts, st.values[ep.Spec.Database.URLSecretRef.Name+"/"+ep.Spec.Database.URLSecretRef.Key])
-	desired := resources.MigrationJob(ep, opts, hash)
+	url := st.values[ep.Spec.Database.URLSecretRef.Name+"/"+ep.Spec.Database.URLSecretRef.Key]
+	hash := resources.MigrationHash(st.hashKey, ep, opts, url)
+	target := resources.MigrationTarget(st.hashKey, ep, opts, url)
+	desired := resources.MigrationJob(ep, opts, hash, target)
 
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(desired), job)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Another endpoint's Job migrating the same schema: wait for it, then find the
+		// schema current. Endpoints created together on one schema run one Job.
+		if other, err := r.activeMigration(ctx, ep.Namespace, target); err != nil {
+			return err
+		} else if other != "" {
+			st.requeue(st.now.Add(2 * time.Second))
+			st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, ReasonMigrating,
+				fmt.Sprintf("migration Job %s, which migrates the same schema %q of the same database, is running; this endpoint waits for it",
+					other, ep.Spec.Database.Schema))
+			return errStop
+		}
+		if r.schemaCurrent(ctx, st, opts) {
+			return r.alreadyMigrated(ctx, st)
+		}
 		if _, err := r.apply(ctx, ep, desired); err != nil {
 			return err
 		}
@@ -95,6 +112,54 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 	default:
 		return r.migrating(st, job.Name)
 	}
+}
+
+// schemaCurrent reports whether the endpoint's schema is already at this operator's
+// schema version or newer, read with the endpoint's database URL as the sink state is
+// (withEndpointDB). Then no migration Job is needed: endpoints sharing a schema (a
+// receiver pool's members, usually) would each run one that changes nothing. Only for
+// the operator's own receiver image, whose binary needs exactly store.SchemaVersion;
+// another image may need a newer one. Any failure to read means "run the Job", which
+// migrates or says why it cannot.
+func (r *WebhookEndpointReconciler) schemaCurrent(ctx context.Context, st *state, opts resources.Options) bool {
+	ep := st.ep
+	if ep.Spec.Receiver.Image != "" && ep.Spec.Receiver.Image != opts.Image {
+		return false
+	}
+	ref := ep.Spec.Database.URLSecretRef
+	err := withEndpointDB(ctx, string(st.values[ref.Name+"/"+ref.Key]), func(ctx context.Context, conn *pgx.Conn) error {
+		return store.CheckSchema(ctx, conn, ep.Spec.Database.Schema)
+	})
+	return err == nil
+}
+
+// activeMigration names a running migration Job in namespace with target, "" if none.
+func (r *WebhookEndpointReconciler) activeMigration(ctx context.Context, namespace, target string) (string, error) {
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(namespace), client.MatchingLabels{resources.LabelMigrationTarget: target}); err != nil {
+		return "", fmt.Errorf("list migration Jobs: %w", err)
+	}
+	for i := range jobs.Items {
+		job := &jobs.Items[i]
+		if job.DeletionTimestamp.IsZero() && !jobCondition(job, batchv1.JobComplete) && !jobCondition(job, batchv1.JobFailed) {
+			return job.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// alreadyMigrated records a schema found at this version without a Job, and deletes
+// finished Jobs of earlier versions, as a completed Job does.
+func (r *WebhookEndpointReconciler) alreadyMigrated(ctx context.Context, st *state) error {
+	ep := st.ep
+	if st.transitioned(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, ReasonMigrated) {
+		r.event(ep, corev1.EventTypeNormal, EventMigrationSucceeded, "Migrate",
+			"schema %q is already at version %d: no migration Job needed", ep.Spec.Database.Schema, store.SchemaVersion)
+	}
+	st.setCondition(v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, ReasonMigrated,
+		fmt.Sprintf("schema %q is at version %d (found so by the operator; no Job needed)", ep.Spec.Database.Schema, store.SchemaVersion))
+	ep.Status.SchemaVersion = store.SchemaVersion
+	return r.pruneMigrationJobs(ctx, ep, "")
 }
 
 // migrationFailing reports a Job that is retrying after failed attempts: the attempt

@@ -42,6 +42,7 @@ func TestWebhookEndpointController(t *testing.T) {
 	t.Run("RolloutHashesAreKeyed", e.testKeyedHashes)
 	t.Run("ExpiredSecretDroppedAtExpiresAt", e.testExpiry)
 	t.Run("MigrationFailureReportsTerminationMessage", e.testMigrationFailure)
+	t.Run("MigrationSkippedWhenSchemaIsCurrent", e.testMigrationSkippedWhenCurrent)
 	t.Run("UnavailableReceiverNamesThePodsCause", e.testReceiverPodsCause)
 	t.Run("NetworkPolicy", e.testNetworkPolicy)
 	t.Run("IngressExposure", e.testIngress)

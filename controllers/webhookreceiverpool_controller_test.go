@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -92,10 +93,14 @@ func (e *env) testReceiverPool(t *testing.T) {
 		g.Expect(files["orders.json"]).To(ContainSubstring(`"name":"orders"`))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 
-	// No receivers of their own.
+	// No receivers of their own, and no migration Job: the operator finds the shared
+	// schema already at this version.
 	for _, ep := range []*v1alpha1.WebhookEndpoint{a, b} {
-		e.completeJob(t, ep)
-		err := e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &appsv1.Deployment{})
+		cur := e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+		g.Expect(condition(cur, v1alpha1.ConditionDatabaseMigrated).Message).To(ContainSubstring("no Job needed"))
+		err := e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), &batchv1.Job{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no migration Job for an already migrated schema: %v", err)
+		err = e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &appsv1.Deployment{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a pooled endpoint has no Deployment: %v", err)
 	}
 	e.waitCondition(t, a, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonUnavailable)
@@ -178,7 +183,7 @@ VALUES ($1, 'shared-pool-0', 'shared', true, $2, now())`, ns+"/orders", hex.Enco
 
 	// A missing pool is named.
 	lost := e.create(t, pooled(ns, "lost", "nowhere"))
-	e.completeJob(t, lost)
+	e.migrated(t, lost)
 	cur = e.waitCondition(t, lost, v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, controllers.ReasonPoolNotFound)
 	g.Expect(condition(cur, v1alpha1.ConditionReceiverAvailable).Message).To(ContainSubstring("WebhookReceiverPool nowhere, which does not exist"))
 }

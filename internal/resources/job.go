@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"maps"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,15 +27,28 @@ func MigrationHash(key []byte, ep *v1alpha1.WebhookEndpoint, opts Options, datab
 	return h.sum()
 }
 
+// MigrationTarget identifies the schema a migration Job migrates, whichever endpoint
+// owns it: the database URL, the schema and the image, keyed like MigrationHash and cut
+// to fit a label value. Endpoints sharing a schema (a pool's members) share it.
+func MigrationTarget(key []byte, ep *v1alpha1.WebhookEndpoint, opts Options, databaseURL []byte) string {
+	h := newKeyedHash(key)
+	for _, part := range [][]byte{[]byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)), databaseURL} {
+		h.write(part)
+	}
+	return h.sum()[:40]
+}
+
 // MigrationJob runs `hookkeeper-receiver migrate` once for the schema version of this binary.
 // It has no TTL: the operator must see it complete before the Deployment is created.
-func MigrationJob(ep *v1alpha1.WebhookEndpoint, opts Options, migrationHash string) *batchv1.Job {
+func MigrationJob(ep *v1alpha1.WebhookEndpoint, opts Options, migrationHash, target string) *batchv1.Job {
 	labels := Labels(ep, ComponentMigration)
+	jobLabels := maps.Clone(labels)
+	jobLabels[LabelMigrationTarget] = target
 	vols, mounts := tmpVolumes()
 	return &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: MigrationJobName(ep), Namespace: ep.Namespace, Labels: labels,
+			Name: MigrationJobName(ep), Namespace: ep.Namespace, Labels: jobLabels,
 			Annotations: map[string]string{AnnotationMigrationHash: migrationHash},
 		},
 		Spec: batchv1.JobSpec{

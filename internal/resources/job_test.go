@@ -13,7 +13,11 @@ import (
 func TestMigrationJob(t *testing.T) {
 	ep := endpoint()
 	opts := options(t, ep, now)
-	j := MigrationJob(ep, opts, MigrationHash(testKey, ep, opts, []byte("postgres://a")))
+	target := MigrationTarget(testKey, ep, opts, []byte("postgres://a"))
+	j := MigrationJob(ep, opts, MigrationHash(testKey, ep, opts, []byte("postgres://a")), target)
+	if j.Labels[LabelMigrationTarget] != target || len(target) > 63 || j.Spec.Template.Labels[LabelMigrationTarget] != "" {
+		t.Errorf("Job labels %v, pod labels %v: the target labels the Job only, as a valid label value", j.Labels, j.Spec.Template.Labels)
+	}
 	if j.Name != MigrationJobName(ep) || j.Spec.TTLSecondsAfterFinished != nil || j.Spec.BackoffLimit == nil {
 		t.Errorf("job %s ttl %v backoff %v", j.Name, j.Spec.TTLSecondsAfterFinished, j.Spec.BackoffLimit)
 	}
@@ -62,5 +66,22 @@ func TestMigrationJob(t *testing.T) {
 	ep2.Spec.Receiver.Replicas = ptr.To[int32](5)
 	if MigrationHash(testKey, ep2, opts, []byte("postgres://a")) != h {
 		t.Error("scaling the receiver must not re-run the migration")
+	}
+
+	// Another endpoint on the same database and schema shares the target, not the hash.
+	other := endpoint()
+	other.Name = "refunds"
+	other.Spec.Database.URLSecretRef.Name = "another-secret-same-url"
+	if MigrationTarget(testKey, other, opts, []byte("postgres://a")) != target {
+		t.Error("endpoints on one schema of one database must share the migration target")
+	}
+	for name, differs := range map[string]string{
+		"database URL": MigrationTarget(testKey, ep, opts, []byte("postgres://b")),
+		"image":        MigrationTarget(testKey, ep, Options{Image: "other"}, []byte("postgres://a")),
+		"key":          MigrationTarget([]byte("another-install-key-0123456789ab"), ep, opts, []byte("postgres://a")),
+	} {
+		if differs == target {
+			t.Errorf("another %s must be another migration target", name)
+		}
 	}
 }

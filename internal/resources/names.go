@@ -30,6 +30,10 @@ const (
 	// image, database reference and URL, keyed: MigrationHash); a mismatch means the
 	// Job must run again.
 	AnnotationMigrationHash = "hookkeeper.dev/migration-hash"
+	// LabelMigrationTarget marks a migration Job with what it migrates whoever owns it:
+	// the database, schema and image (MigrationTarget, keyed). An endpoint finding an
+	// active Job with its target waits for it instead of running its own.
+	LabelMigrationTarget = "hookkeeper.dev/migration-target"
 )
 
 // maxNameLength keeps generated names valid as DNS-1035 labels: Service names and the

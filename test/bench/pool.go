@@ -50,7 +50,8 @@ var receiverCPURequest = func() int {
 // (a pool replica) after each endpoint took one webhook, against the RSS of a receiver
 // serving one endpoint, times the two replicas of every endpoint. Requested CPU is the
 // default request of the pods either way (100m each); database connections are those
-// PostgreSQL reports for the receivers.
+// PostgreSQL reports for the receivers. Then one busy endpoint sharing a pool with
+// quiet ones against pgbench (measureBusyInPool).
 func runPoolSuite(ctx context.Context, env *Env) ([]Row, error) {
 	// A server of its own: idle pooled endpoints hold about two sessions each, more at
 	// 200 endpoints than a default max_connections (100) allows.
@@ -109,7 +110,8 @@ func runPoolSuite(ctx context.Context, env *Env) ([]Row, error) {
 				Note:    fmt.Sprintf("open 5 s after one webhook each (%s to load and serve all); dedicated: measured the same way", m.loaded.Round(10*time.Millisecond)),
 			})
 	}
-	return rows, nil
+	busy, err := measureBusyInPool(ctx, env, db, dbURL, vars)
+	return append(rows, busy...), err
 }
 
 // footprint is what one receiver process was measured at.

@@ -97,7 +97,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	// (8080, 9090) do not meet another process's on this machine.
 	podIP := randomLoopback(t)
 
-	job := resources.MigrationJob(&ep, opts, "image-test")
+	job := resources.MigrationJob(&ep, opts, "image-test", "image-test")
 	migrate := job.Spec.Template.Spec
 	out, err := p.run(t, "hk-migrate", fromPod(t, migrate, migrate.Containers[0], secrets, podIP))
 	if err != nil {
