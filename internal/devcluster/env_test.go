@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 
@@ -60,7 +61,7 @@ func TestPodField(t *testing.T) {
 }
 
 func TestIPPool(t *testing.T) {
-	p := newIPPool()
+	p := newIPPool(0)
 	a, err := p.reserve(netipAddr(""))
 	if err != nil || a.String() != "127.0.0.2" {
 		t.Fatalf("first reserve = %v, %v", a, err)
@@ -94,4 +95,51 @@ func TestIPPool(t *testing.T) {
 func netipAddr(s string) netip.Addr {
 	a, _ := netip.ParseAddr(s)
 	return a
+}
+
+// Two local clusters on one machine never share a loopback subnet: a claimed subnet is
+// skipped until it is released, then claimed again.
+func TestClaimSubnet(t *testing.T) {
+	a, releaseA, err := claimSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, releaseB, err := claimSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	if a == b {
+		t.Fatalf("claimed 127.0.%d.0/24 twice", a)
+	}
+	releaseA()
+	c, releaseC, err := claimSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseC()
+	if c != a {
+		t.Fatalf("after releasing 127.0.%d.0/24 the next claim took 127.0.%d.0/24", a, c)
+	}
+	p := newIPPool(b)
+	ip, err := p.reserve(netipAddr(""))
+	if err != nil || ip.As4()[2] != b {
+		t.Fatalf("reserve in 127.0.%d.0/24 = %v, %v", b, ip, err)
+	}
+}
+
+// A listener on 127.0.X.N (N >= 2) marks subnet X as taken.
+func TestListeningSubnets(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.77:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.77: %v", err)
+	}
+	defer func() { _ = l.Close() }()
+	busy, err := listeningSubnets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !busy[0] {
+		t.Fatalf("a listener on %s does not mark 127.0.0.0/24 taken: %v", l.Addr(), busy)
+	}
 }

@@ -186,7 +186,6 @@ func NewNodeAgent(opts NodeAgentOptions) (*NodeAgent, error) {
 		opts.ShutdownGrace = 10 * time.Second
 	}
 	a := &NodeAgent{
-		pool:     newIPPool(),
 		runners:  map[string]*podRunner{},
 		finished: map[string]types.UID{},
 		ready:    make(chan struct{}),
@@ -228,6 +227,12 @@ func (a *NodeAgent) PodLogPath(pod *corev1.Pod, container string) string {
 func (a *NodeAgent) Run(ctx context.Context) error {
 	log := a.opts.Log.WithValues("node", a.opts.NodeName)
 	begin := time.Now()
+	subnet, release, err := claimSubnet()
+	if err != nil {
+		return err
+	}
+	defer release()
+	a.pool = newIPPool(subnet)
 	if err := a.registerNode(ctx); err != nil {
 		return err
 	}
@@ -263,7 +268,7 @@ func (a *NodeAgent) Run(ctx context.Context) error {
 		defer heartbeat.Done()
 		a.heartbeat(ctx)
 	}()
-	fmt.Fprintf(a.opts.Out, "node %s ready in %.1fs; pod logs in %s\n", a.opts.NodeName, time.Since(begin).Seconds(), a.PodLogDir())
+	fmt.Fprintf(a.opts.Out, "node %s ready in %.1fs; pod IPs 127.0.%d.0/24; pod logs in %s\n", a.opts.NodeName, time.Since(begin).Seconds(), subnet, a.PodLogDir())
 	a.readyOnce.Do(func() { close(a.ready) })
 
 	var workers sync.WaitGroup
