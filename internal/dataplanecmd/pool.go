@@ -651,7 +651,7 @@ const heartbeatTimeout = 5 * time.Second
 // and upserts this pod's row in its receiver_heartbeats table: the operator, which
 // reads the database anyway, learns from it which pods serve which version and how.
 func (p *endpointPool) heartbeat(name string, u *endpointUnit, hash string) receiver.Task {
-	return receiver.Task{Name: "heartbeat", Run: func(ctx context.Context) error {
+	return receiver.Task{Name: taskHeartbeat, Run: func(ctx context.Context) error {
 		t := time.NewTicker(p.o.Heartbeat)
 		defer t.Stop()
 		failing := false

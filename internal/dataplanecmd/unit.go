@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,19 @@ const (
 	pooledHealthInterval = 500 * time.Millisecond
 	pooledPollInterval   = 10 * time.Second
 	pooledGaugeInterval  = 30 * time.Second
+	// pooledStartSpread: a pooled endpoint's periodic tasks (dispatcher polls, parking
+	// sweep, retention) start after a random delay up to this, and its heartbeat up to a
+	// fifth of it, so that hundreds of endpoints loaded at once do not open their
+	// sessions in the same instant at every tick (200 endpoints on two replicas did:
+	// 1,200 connections within a second every 30 s, which a 2-core PostgreSQL answered
+	// with connection timeouts).
+	pooledStartSpread = pooledPollInterval
+)
+
+// Names of the tasks startDelay treats apart.
+const (
+	taskNotifier  = "notifier"
+	taskHeartbeat = "heartbeat"
 )
 
 // endpointUnit is everything one endpoint needs in a receiver process: its database
@@ -78,6 +92,8 @@ type endpointUnit struct {
 	taskErr   error
 	// status is the last readiness check: nil when ready.
 	status atomic.Pointer[unitStatus]
+	// spread is pooledStartSpread for a pooled unit, 0 for a dedicated one (startDelay).
+	spread time.Duration
 }
 
 type unitStatus struct {
@@ -111,6 +127,7 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 	}
 
 	if o.Pooled {
+		u.spread = pooledStartSpread
 		u.db, err = store.NewPool(ctx, ep.DatabaseURL, store.PoolOptions{
 			MaxConns:          ep.Spec.Database.MaxConnections,
 			MaxConnIdleTime:   pooledConnIdleTime,
@@ -203,6 +220,13 @@ func (u *endpointUnit) start(ctx context.Context, extra ...receiver.Task) {
 	ctx, u.stopTasks = context.WithCancel(context.WithoutCancel(ctx))
 	for _, t := range append(append([]receiver.Task(nil), u.tasks...), extra...) {
 		u.tasksDone.Go(func() {
+			if d := u.startDelay(t.Name); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
 			err := t.Run(ctx)
 			if err != nil && ctx.Err() == nil {
 				err = fmt.Errorf("%s stopped: %w", t.Name, err)
@@ -214,6 +238,20 @@ func (u *endpointUnit) start(ctx context.Context, extra ...receiver.Task) {
 			}
 			u.log.V(1).Info("background task stopped", "task", t.Name)
 		})
+	}
+}
+
+// startDelay is how long task waits before it starts: a random part of spread for a
+// pooled unit's periodic tasks, none for the notifier (it only sends what a commit
+// asks) nor for any task of a dedicated receiver.
+func (u *endpointUnit) startDelay(task string) time.Duration {
+	switch {
+	case u.spread <= 0 || task == taskNotifier:
+		return 0
+	case task == taskHeartbeat:
+		return rand.N(u.spread / 5)
+	default:
+		return rand.N(u.spread)
 	}
 }
 
