@@ -28,6 +28,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/version"
 )
 
@@ -112,7 +113,10 @@ type endpointPool struct {
 	mu        sync.Mutex
 	members   map[string]*member
 	listeners map[string]*sharedListener
-	dirErr    string
+	// gates bound the connections opened at once per database URL, across endpoints
+	// (store.ConnectGate); one small channel per URL ever served, kept for the process.
+	gates  map[string]*store.ConnectGate
+	dirErr string
 	// drains are the units being drained.
 	drains sync.WaitGroup
 }
@@ -156,7 +160,8 @@ func newEndpointPool(o PoolOptions) (*endpointPool, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, listeners: map[string]*sharedListener{}}
+	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, listeners: map[string]*sharedListener{},
+		gates: map[string]*store.ConnectGate{}}
 	p.routes.Store(&map[string]*endpointUnit{})
 	return p, nil
 }
@@ -493,6 +498,7 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 		RetentionInterval: p.o.RetentionInterval,
 		Pooled:            true,
 		Listener:          l,
+		Gate:              p.gate(ep.DatabaseURL),
 		Log:               p.o.Log.WithValues("endpoint", ep.Key()),
 	})
 	if err != nil {
@@ -503,6 +509,17 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 	}
 	v.hash = p.publicHash(f)
 	return u, v, nil
+}
+
+// gate is the connect gate of the database at url, shared by its endpoints; callers
+// hold p.mu.
+func (p *endpointPool) gate(url string) *store.ConnectGate {
+	g := p.gates[url]
+	if g == nil {
+		g = store.NewConnectGate(store.DefaultConnectGate)
+		p.gates[url] = g
+	}
+	return g
 }
 
 // scrub removes credentials from msg: the database URL and its password (redact), and

@@ -40,7 +40,10 @@ type unitOptions struct {
 	// opens (and pings) its pool at start, as it always has.
 	Pooled   bool
 	Listener *outbox.Listener
-	Log      logr.Logger
+	// Gate bounds the connections being opened at once to the endpoint's database,
+	// across the endpoints of a pool that share it (nil: no bound).
+	Gate *store.ConnectGate
+	Log  logr.Logger
 }
 
 // A pooled endpoint is usually quiet: its database pool closes connections idle this
@@ -132,6 +135,7 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 			MaxConns:          ep.Spec.Database.MaxConnections,
 			MaxConnIdleTime:   pooledConnIdleTime,
 			HealthCheckPeriod: pooledHealthInterval,
+			Gate:              o.Gate,
 		})
 	} else {
 		openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -91,6 +91,9 @@ type PoolOptions struct {
 	// HealthCheckPeriod), so a quiet endpoint of a receiver pool holds no session.
 	MaxConnIdleTime   time.Duration
 	HealthCheckPeriod time.Duration
+	// Gate, when set, is shared by every pool of one database in the process: it bounds
+	// how many of their connections are being opened at once.
+	Gate *ConnectGate
 }
 
 // NewPool parses url and builds a pool without connecting: the first query connects.
@@ -114,6 +117,9 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 	}
 	cfg.MinConns = 0
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	if o.Gate != nil {
+		cfg.ConnConfig.Tracer = o.Gate
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
