@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -29,6 +30,12 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
+
+// EndpointWorkers is how many WebhookEndpoints are reconciled at once. A reconcile
+// waits mostly on the API server and on the endpoint's database (schema version, sink
+// state, pool heartbeats), so one worker made 200 endpoints created together wait
+// minutes for their first status; the reconciler's shared state is locked.
+const EndpointWorkers = 4
 
 // SetupWithManager registers the reconciler, the Secret field index and the watches on
 // owned objects. Kinds that may be missing (HTTPRoute, ServiceMonitor, PrometheusRule)
@@ -47,6 +54,7 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("webhookendpoint").
+		WithOptions(controller.Options{MaxConcurrentReconciles: EndpointWorkers}).
 		For(&v1alpha1.WebhookEndpoint{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&batchv1.Job{}).
