@@ -253,9 +253,9 @@ func (u *endpointUnit) startDelay(task string) time.Duration {
 	case u.spread <= 0 || task == taskNotifier:
 		return 0
 	case task == taskHeartbeat:
-		return rand.N(u.spread / 5)
+		return rand.N(u.spread / 5) //nolint:gosec // a start delay, not a secret
 	default:
-		return rand.N(u.spread)
+		return rand.N(u.spread) //nolint:gosec // a start delay, not a secret
 	}
 }
 

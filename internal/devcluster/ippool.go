@@ -48,7 +48,7 @@ func claimSubnet() (subnet byte, release func(), err error) {
 			continue
 		}
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("hookkeeper-devcluster-127.0.%d.lock", x))
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // a fixed name in the temporary directory
 		if err != nil {
 			return 0, nil, fmt.Errorf("claim a loopback subnet: %w", err)
 		}

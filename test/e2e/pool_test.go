@@ -390,7 +390,10 @@ func deliverFollowing(ctx context.Context, c client.Client, ep *v1alpha1.Webhook
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not acknowledged within 2m (last status %d, error %v)", code, err)
+			if err != nil {
+				return fmt.Errorf("not acknowledged within 2m: %w", err)
+			}
+			return fmt.Errorf("not acknowledged within 2m (last status %d)", code)
 		}
 		select {
 		case <-ctx.Done():
