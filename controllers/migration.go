@@ -48,7 +48,7 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 					other, ep.Spec.Database.Schema))
 			return errStop
 		}
-		if r.schemaCurrent(ctx, st, opts) {
+		if schemaCurrent(ctx, ep, opts, string(url)) {
 			return r.alreadyMigrated(ctx, st)
 		}
 		if _, err := r.apply(ctx, ep, desired); err != nil {
@@ -121,13 +121,11 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 // the operator's own receiver image, whose binary needs exactly store.SchemaVersion;
 // another image may need a newer one. Any failure to read means "run the Job", which
 // migrates or says why it cannot.
-func (r *WebhookEndpointReconciler) schemaCurrent(ctx context.Context, st *state, opts resources.Options) bool {
-	ep := st.ep
+func schemaCurrent(ctx context.Context, ep *v1alpha1.WebhookEndpoint, opts resources.Options, url string) bool {
 	if ep.Spec.Receiver.Image != "" && ep.Spec.Receiver.Image != opts.Image {
 		return false
 	}
-	ref := ep.Spec.Database.URLSecretRef
-	err := withEndpointDB(ctx, string(st.values[ref.Name+"/"+ref.Key]), func(ctx context.Context, conn *pgx.Conn) error {
+	err := withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
 		return store.CheckSchema(ctx, conn, ep.Spec.Database.Schema)
 	})
 	return err == nil
