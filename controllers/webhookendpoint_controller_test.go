@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,23 @@ func (e *env) testLifecycle(t *testing.T) {
 }
 
 // resourceVersions of the endpoint and every object it owns.
+// settled returns resourceVersions once they stay the same for a second: the manager's
+// workers (controllers.EndpointWorkers) may still be writing the status of a reconcile
+// the last change started, which a direct reconcile must not be blamed for.
+func (e *env) settled(t *testing.T, ep *v1alpha1.WebhookEndpoint) map[string]string {
+	t.Helper()
+	var last map[string]string
+	var since time.Time
+	NewWithT(t).Eventually(func(g Gomega) {
+		cur := e.resourceVersions(t, ep)
+		if !maps.Equal(cur, last) {
+			last, since = cur, time.Now()
+		}
+		g.Expect(time.Since(since)).To(BeNumerically(">=", time.Second))
+	}).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return last
+}
+
 func (e *env) resourceVersions(t *testing.T, ep *v1alpha1.WebhookEndpoint) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -282,7 +300,7 @@ func (e *env) testRotation(t *testing.T) {
 		g.Expect(e.k8s.Get(e.ctx, key(ns, change.secret), s)).To(Succeed())
 		s.Data[change.key] = []byte("changed")
 		g.Expect(e.k8s.Update(e.ctx, s)).To(Succeed())
-		before := e.resourceVersions(t, ep)
+		before := e.settled(t, ep)
 		e.reconcileNow(t, ep)
 		g.Expect(configHash(e.deployment(g, ep))).To(Equal(hash0), "changing %s/%s", change.secret, change.key)
 		g.Expect(e.resourceVersions(t, ep)).To(Equal(before), "changing %s/%s", change.secret, change.key)
