@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
@@ -110,13 +111,11 @@ type endpointPool struct {
 	routes atomic.Pointer[map[string]*endpointUnit]
 	loaded atomic.Bool
 
-	mu        sync.Mutex
-	members   map[string]*member
-	listeners map[string]*sharedListener
-	// gates bound the connections opened at once per database URL, across endpoints
-	// (store.ConnectGate); one small channel per URL ever served, kept for the process.
-	gates  map[string]*store.ConnectGate
-	dirErr string
+	mu      sync.Mutex
+	members map[string]*member
+	// databases are what the endpoints of one database URL share (sharedDatabase).
+	databases map[string]*sharedDatabase
+	dirErr    string
 	// drains are the units being drained.
 	drains sync.WaitGroup
 }
@@ -134,14 +133,30 @@ type member struct {
 	failedErr string
 }
 
-// sharedListener is one outbox.Listener per database URL, shared by the dispatchers of
-// the endpoints that use it.
-type sharedListener struct {
-	l     *outbox.Listener
-	stop  context.CancelFunc
-	done  chan struct{}
-	users int
+// sharedDatabase is what the endpoints of one database URL share in a pool process,
+// kept while one of their units is built or draining:
+//   - gate bounds the connections being opened at once across their pools
+//     (store.ConnectGate), so hundreds of endpoints loaded together queue for the
+//     database instead of timing out;
+//   - housekeeping is a small pool for their periodic work (unitOptions.Housekeeping),
+//     whose sessions stay open between ticks;
+//   - listener, with dispatchers, is the one LISTEN that wakes them all.
+type sharedDatabase struct {
+	gate         *store.ConnectGate
+	housekeeping *pgxpool.Pool
+	listener     *outbox.Listener
+	stop         context.CancelFunc
+	done         chan struct{}
+	users        int
 }
+
+// The housekeeping pool of a database: enough sessions that one slow sweep does not
+// hold up the heartbeats, kept open for as long as the ticks come; its ticks are spread
+// over pooledStartSpread, so one or two sessions are busy at a time.
+const (
+	housekeepingConns    = 3
+	housekeepingIdleTime = time.Minute
+)
 
 func newEndpointPool(o PoolOptions) (*endpointPool, error) {
 	if o.Dir == "" {
@@ -160,8 +175,7 @@ func newEndpointPool(o PoolOptions) (*endpointPool, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, listeners: map[string]*sharedListener{},
-		gates: map[string]*store.ConnectGate{}}
+	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, databases: map[string]*sharedDatabase{}}
 	p.routes.Store(&map[string]*endpointUnit{})
 	return p, nil
 }
@@ -438,7 +452,7 @@ func (p *endpointPool) retire(r retiredUnit) {
 		}
 		u.db.Close()
 		p.mu.Lock()
-		p.releaseListener(u.ep.DatabaseURL)
+		p.releaseDatabase(u.ep.DatabaseURL)
 		p.mu.Unlock()
 		u.log.Info("endpoint version drained", "name", r.name)
 	})
@@ -483,11 +497,9 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 	if ep.Name != name {
 		return fail(fmt.Errorf("%s.json holds endpoint %q, not %q", name, ep.Name, name))
 	}
-	var l *outbox.Listener
-	if p.o.Dispatcher {
-		if l, err = p.acquireListener(ctx, ep.DatabaseURL); err != nil {
-			return fail(err)
-		}
+	db, err := p.acquireDatabase(ctx, ep.DatabaseURL)
+	if err != nil {
+		return fail(err)
 	}
 	u, err := newEndpointUnit(ctx, unitOptions{
 		Endpoint:          ep,
@@ -497,29 +509,17 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 		MaxInFlight:       p.o.MaxInFlight,
 		RetentionInterval: p.o.RetentionInterval,
 		Pooled:            true,
-		Listener:          l,
-		Gate:              p.gate(ep.DatabaseURL),
+		Listener:          db.listener,
+		Gate:              db.gate,
+		Housekeeping:      db.housekeeping,
 		Log:               p.o.Log.WithValues("endpoint", ep.Key()),
 	})
 	if err != nil {
-		if l != nil {
-			p.releaseListener(ep.DatabaseURL)
-		}
+		p.releaseDatabase(ep.DatabaseURL)
 		return fail(err)
 	}
 	v.hash = p.publicHash(f)
 	return u, v, nil
-}
-
-// gate is the connect gate of the database at url, shared by its endpoints; callers
-// hold p.mu.
-func (p *endpointPool) gate(url string) *store.ConnectGate {
-	g := p.gates[url]
-	if g == nil {
-		g = store.NewConnectGate(store.DefaultConnectGate)
-		p.gates[url] = g
-	}
-	return g
 }
 
 // scrub removes credentials from msg: the database URL and its password (redact), and
@@ -534,40 +534,64 @@ func scrub(msg, dbURL string, secrets []string) string {
 	return msg
 }
 
-// acquireListener returns the running shared LISTEN of dbURL; callers hold p.mu.
-func (p *endpointPool) acquireListener(ctx context.Context, dbURL string) (*outbox.Listener, error) {
-	if sl := p.listeners[dbURL]; sl != nil {
-		sl.users++
-		return sl.l, nil
+// acquireDatabase returns what the endpoints of dbURL share, building it for the first
+// one: nothing connects until used. Callers hold p.mu.
+func (p *endpointPool) acquireDatabase(ctx context.Context, dbURL string) (*sharedDatabase, error) {
+	if db := p.databases[dbURL]; db != nil {
+		db.users++
+		return db, nil
 	}
-	l, err := outbox.NewListener(dbURL, p.o.Log.WithName("listener"))
+	db := &sharedDatabase{gate: store.NewConnectGate(store.DefaultConnectGate), users: 1}
+	var err error
+	db.housekeeping, err = store.NewPool(ctx, dbURL, store.PoolOptions{
+		MaxConns:          housekeepingConns,
+		MaxConnIdleTime:   housekeepingIdleTime,
+		HealthCheckPeriod: pooledHealthInterval,
+		Gate:              db.gate,
+	})
 	if err != nil {
 		return nil, err
 	}
-	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	sl := &sharedListener{l: l, stop: stop, done: make(chan struct{}), users: 1}
-	go func() {
-		defer close(sl.done)
-		_ = l.Run(lctx)
-	}()
-	p.listeners[dbURL] = sl
-	return l, nil
+	if p.o.Dispatcher {
+		if db.listener, err = outbox.NewListener(dbURL, p.o.Log.WithName("listener")); err != nil {
+			db.housekeeping.Close()
+			return nil, err
+		}
+		lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		db.stop, db.done = stop, make(chan struct{})
+		go func() {
+			defer close(db.done)
+			_ = db.listener.Run(lctx)
+		}()
+	}
+	p.databases[dbURL] = db
+	return db, nil
 }
 
-// releaseListener stops the shared LISTEN of dbURL with its last user; callers hold p.mu.
-func (p *endpointPool) releaseListener(dbURL string) {
-	sl := p.listeners[dbURL]
-	if sl == nil {
+// releaseDatabase lets go of what dbURL's endpoints share with its last user, in the
+// background; callers hold p.mu.
+func (p *endpointPool) releaseDatabase(dbURL string) {
+	db := p.databases[dbURL]
+	if db == nil {
 		return
 	}
-	if sl.users--; sl.users == 0 {
-		delete(p.listeners, dbURL)
-		sl.stop()
+	if db.users--; db.users == 0 {
+		delete(p.databases, dbURL)
+		go db.close()
 	}
+}
+
+// close stops the listener and closes the housekeeping pool, waiting for both.
+func (db *sharedDatabase) close() {
+	if db.stop != nil {
+		db.stop()
+		<-db.done
+	}
+	db.housekeeping.Close()
 }
 
 // stopAll drains every unit (the webhook server has finished its requests) and waits
-// for them and the shared listeners to stop.
+// for them, then closes what their databases shared.
 func (p *endpointPool) stopAll() {
 	p.mu.Lock()
 	for name, m := range p.members {
@@ -580,12 +604,11 @@ func (p *endpointPool) stopAll() {
 	p.mu.Unlock()
 	p.drains.Wait()
 	p.mu.Lock()
-	listeners := p.listeners
-	p.listeners = map[string]*sharedListener{}
+	databases := p.databases
+	p.databases = map[string]*sharedDatabase{}
 	p.mu.Unlock()
-	for _, sl := range listeners {
-		sl.stop()
-		<-sl.done
+	for _, db := range databases {
+		db.close()
 	}
 }
 
@@ -713,7 +736,7 @@ func (p *endpointPool) beat(ctx context.Context, name string, u *endpointUnit, h
 		problems = append(problems, err.Error())
 	}
 	detail := scrub(strings.Join(problems, "; "), dbURL, secrets)
-	_, err := u.db.Exec(ctx, `INSERT INTO `+u.ep.Tables.ReceiverHeartbeats+` AS h
+	_, err := u.housekeeping.Exec(ctx, `INSERT INTO `+u.ep.Tables.ReceiverHeartbeats+` AS h
 		(endpoint, pod, pool, ready, detail, config_hash, seen_at) VALUES ($1, $2, $3, $4, $5, $6, now())
 		ON CONFLICT (endpoint, pod) DO UPDATE SET pool = excluded.pool, ready = excluded.ready,
 		detail = excluded.detail, config_hash = excluded.config_hash, seen_at = excluded.seen_at`,
@@ -729,5 +752,5 @@ func (p *endpointPool) beat(ctx context.Context, name string, u *endpointUnit, h
 func (p *endpointPool) forgetHeartbeat(u *endpointUnit) {
 	ctx, cancel := context.WithTimeout(context.Background(), heartbeatTimeout)
 	defer cancel()
-	_, _ = u.db.Exec(ctx, `DELETE FROM `+u.ep.Tables.ReceiverHeartbeats+` WHERE endpoint = $1 AND pod = $2`, u.ep.Key(), p.o.Pod)
+	_, _ = u.housekeeping.Exec(ctx, `DELETE FROM `+u.ep.Tables.ReceiverHeartbeats+` WHERE endpoint = $1 AND pod = $2`, u.ep.Key(), p.o.Pod)
 }

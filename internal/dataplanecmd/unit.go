@@ -43,7 +43,11 @@ type unitOptions struct {
 	// Gate bounds the connections being opened at once to the endpoint's database,
 	// across the endpoints of a pool that share it (nil: no bound).
 	Gate *store.ConnectGate
-	Log  logr.Logger
+	// Housekeeping, in a pool, is the small pool its endpoints on this database share
+	// for their periodic work: readiness checks and heartbeats, the parking sweep's and
+	// the dispatcher's idle reads. Nil: the unit's own pool does it.
+	Housekeeping *pgxpool.Pool
+	Log          logr.Logger
 }
 
 // A pooled endpoint is usually quiet: its database pool closes connections idle this
@@ -51,7 +55,11 @@ type unitOptions struct {
 // refreshes its gauges rarely, so that between polls it holds no session. (Polling every
 // second kept about two sessions open per idle endpoint: 800 for 200 endpoints on two
 // replicas, against PostgreSQL's default max_connections of 100.) A retry due sooner than
-// the next poll still gets its own timer (Dispatcher).
+// the next poll still gets its own timer (Dispatcher). The periodic work itself (polls
+// that only the timer asked for, gauges, the parking sweep's reads, heartbeats) runs on
+// the housekeeping pool the endpoints of one database share, whose few sessions stay
+// open while there are ticks: without it every tick of every endpoint opened a session
+// (about 80 connects a second for 200 endpoints on two replicas).
 const (
 	pooledConnIdleTime   = time.Second
 	pooledHealthInterval = 500 * time.Millisecond
@@ -78,9 +86,11 @@ const (
 // runs one under receiver.Server; a receiver pool runs many, starting, swapping and
 // draining them as its directory changes.
 type endpointUnit struct {
-	ep  *config.Endpoint
-	db  *pgxpool.Pool
-	log logr.Logger
+	ep *config.Endpoint
+	db *pgxpool.Pool
+	// housekeeping runs the readiness checks (unitOptions.Housekeeping, else db).
+	housekeeping *pgxpool.Pool
+	log          logr.Logger
 	// handler is the webhook handler behind the endpoint's in-flight limit; it answers
 	// spec.receiver.path.
 	handler     http.Handler
@@ -151,6 +161,12 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 		}
 	}()
 	pool := u.db
+	u.housekeeping = pool
+	if o.Housekeeping != nil {
+		u.housekeeping = o.Housekeeping
+		dispatcherOpts.Housekeeping = o.Housekeeping
+		recOpts = append(recOpts, receipt.WithHousekeeping(o.Housekeeping))
+	}
 
 	// Wake-ups leave the receipt transaction: after a commit that wrote outbox rows, the
 	// in-process dispatcher is woken directly and the other replicas' by a NOTIFY that
@@ -196,7 +212,7 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 
 // checkSchema is the unit's readiness beyond a ping: the schema at this binary's version.
 func (u *endpointUnit) checkSchema(ctx context.Context) error {
-	return store.CheckSchema(ctx, u.db, u.ep.Spec.Database.Schema)
+	return store.CheckSchema(ctx, u.housekeeping, u.ep.Spec.Database.Schema)
 }
 
 // checkReady pings the database and checks the schema, and remembers the result for
@@ -204,7 +220,7 @@ func (u *endpointUnit) checkSchema(ctx context.Context) error {
 func (u *endpointUnit) checkReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, unitCheckTimeout)
 	defer cancel()
-	err := u.db.Ping(ctx)
+	err := u.housekeeping.Ping(ctx)
 	if err != nil {
 		err = fmt.Errorf("database unreachable: %w", err)
 	} else {

@@ -31,12 +31,14 @@ const leaseMargin = time.Second
 
 // Dispatcher delivers one endpoint's outbox rows.
 type Dispatcher struct {
-	pool       *pgxpool.Pool
-	opts       Options
-	q          queries
-	sq         sinkQueries
-	client     *http.Client
-	signingKey []byte
+	pool *pgxpool.Pool
+	// housekeeping is Options.Housekeeping, else pool.
+	housekeeping *pgxpool.Pool
+	opts         Options
+	q            queries
+	sq           sinkQueries
+	client       *http.Client
+	signingKey   []byte
 
 	// wake is signalled (never blocking) by NOTIFY, by Wake, by recorded results and at
 	// start.
@@ -52,11 +54,15 @@ type Dispatcher struct {
 func NewDispatcher(pool *pgxpool.Pool, opts Options) *Dispatcher {
 	opts = opts.withDefaults()
 	d := &Dispatcher{
-		pool: pool,
-		opts: opts,
-		q:    newQueries(opts.Tables, opts.Ordering),
-		sq:   newSinkQueries(opts.Tables),
-		wake: make(chan struct{}, 1),
+		pool:         pool,
+		housekeeping: pool,
+		opts:         opts,
+		q:            newQueries(opts.Tables, opts.Ordering),
+		sq:           newSinkQueries(opts.Tables),
+		wake:         make(chan struct{}, 1),
+	}
+	if opts.Housekeeping != nil {
+		d.housekeeping = opts.Housekeeping
 	}
 	d.client = d.newHTTPClient()
 	return d
@@ -152,6 +158,10 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
 	held := 0
 	due := true // claim at start: rows may have been waiting
+	// woken: something other than the poll timer asked for the next claim (NOTIFY, Wake,
+	// recorded results, a full batch). A claim only the timer asked for, or the one at
+	// start, runs on the housekeeping pool: a quiet endpoint's dispatcher opens no session.
+	woken := false
 	poll := time.NewTimer(d.opts.PollInterval)
 	defer poll.Stop()
 	failures := 0
@@ -172,7 +182,12 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 			// this moment: the fence counts from here, not from when the rows arrive.
 			began := time.Now()
 			leaseEnd := began.Add(d.opts.Lease)
-			rows, err := d.claim(ctx, limit, &sinkRowReady)
+			db := d.pool
+			if !woken {
+				db = d.housekeeping
+			}
+			rows, err := d.claim(ctx, db, limit, &sinkRowReady)
+			woken = false
 			if err == nil && len(rows) == 0 {
 				quietUntil = time.Now().Add(min(d.opts.PollInterval, 10*time.Since(began)))
 			}
@@ -194,6 +209,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 				}
 				// A full batch means more may be due right away (a probe is never full).
 				due = len(rows) == limit && (len(rows) != 1 || !rows[0].probe)
+				woken = due
 			}
 			if !due {
 				resetTimer(poll, d.opts.PollInterval)
@@ -206,27 +222,27 @@ func (d *Dispatcher) claimLoop(ctx context.Context, work chan<- row, freed <-cha
 			// Our own results may unblock rows (the next of an entity), and they come
 			// no faster than deliveries: claim now.
 			held -= n
-			due = true
+			due, woken = true, true
 			quietUntil = time.Time{}
 		case <-d.wake:
-			due = true
+			due, woken = true, true
 		case <-poll.C:
 			due = true
 		}
 	}
 }
 
-// claim leases up to limit due rows. Nothing is claimed while the sink is down; when a
-// claim finds nothing, this dispatcher may take the one probe (sink.go). The sink's row
-// is created before the first claim (ready records that it exists).
-func (d *Dispatcher) claim(ctx context.Context, limit int, ready *bool) ([]row, error) {
+// claim leases up to limit due rows on db. Nothing is claimed while the sink is down;
+// when a claim finds nothing, this dispatcher may take the one probe (sink.go). The
+// sink's row is created before the first claim (ready records that it exists).
+func (d *Dispatcher) claim(ctx context.Context, db *pgxpool.Pool, limit int, ready *bool) ([]row, error) {
 	if !*ready {
-		if _, err := d.pool.Exec(ctx, d.sq.ensure, d.opts.Endpoint); err != nil {
+		if _, err := db.Exec(ctx, d.sq.ensure, d.opts.Endpoint); err != nil {
 			return nil, fmt.Errorf("create the sink state: %w", err)
 		}
 		*ready = true
 	}
-	rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, limit, d.opts.Lease, false)
+	rows, err := d.q.claimRows(ctx, db, d.opts.Endpoint, limit, d.opts.Lease, false)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +250,7 @@ func (d *Dispatcher) claim(ctx context.Context, limit int, ready *bool) ([]row, 
 		d.sinkDown.Store(false)
 		return rows, nil
 	}
-	return d.claimProbe(ctx)
+	return d.claimProbe(ctx, db)
 }
 
 // deliver makes one attempt at r and decides what becomes of it. stop is the run

@@ -20,9 +20,9 @@ type Backlog struct {
 	SinkDown bool
 }
 
-// Backlog reads the endpoint's backlog from the database.
+// Backlog reads the endpoint's backlog from the database (on the housekeeping pool).
 func (d *Dispatcher) Backlog(ctx context.Context) (Backlog, error) {
-	return readBacklog(ctx, d.pool, d.q.gauges, d.opts.Endpoint)
+	return readBacklog(ctx, d.housekeeping, d.q.gauges, d.opts.Endpoint)
 }
 
 // readBacklog runs backlogQuery.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -81,6 +82,12 @@ type Options struct {
 	// Listener, when set, wakes the dispatcher on NOTIFY instead of a LISTEN connection
 	// of its own (a receiver pool shares one per database); it must be running.
 	Listener *Listener
+	// Housekeeping, when set, runs the backlog gauges and the claims that only the poll
+	// timer asked for (no NOTIFY, no result since the last claim: the endpoint is likely
+	// quiet) instead of the dispatcher's own pool. A receiver pool shares one small
+	// housekeeping pool per database among its endpoints, so a quiet endpoint's ticks
+	// reuse a warm session instead of each opening one (its own pool keeps none).
+	Housekeeping *pgxpool.Pool
 	// HTTPClient, when set, replaces the dispatcher's own client (whose transport keeps
 	// Concurrency idle connections to the sink and never follows redirects).
 	HTTPClient *http.Client

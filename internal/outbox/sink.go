@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
@@ -140,9 +141,9 @@ sink AS (
 }
 
 // takeProbe tries to become the one dispatcher that probes the down sink now.
-func (d *Dispatcher) takeProbe(ctx context.Context) (bool, error) {
+func (d *Dispatcher) takeProbe(ctx context.Context, db *pgxpool.Pool) (bool, error) {
 	var probes int
-	err := d.pool.QueryRow(ctx, d.sq.takeProbe, d.opts.Endpoint, d.opts.Lease.Microseconds(),
+	err := db.QueryRow(ctx, d.sq.takeProbe, d.opts.Endpoint, d.opts.Lease.Microseconds(),
 		d.opts.BackoffInitial.Microseconds(), d.opts.ProbeIntervalMax.Microseconds()).Scan(&probes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -155,16 +156,16 @@ func (d *Dispatcher) takeProbe(ctx context.Context) (bool, error) {
 
 // claimProbe claims one row to probe the down sink with, when no other dispatcher is
 // probing and the next probe is due; it returns no row otherwise.
-func (d *Dispatcher) claimProbe(ctx context.Context) ([]row, error) {
-	taken, err := d.takeProbe(ctx)
+func (d *Dispatcher) claimProbe(ctx context.Context, db *pgxpool.Pool) ([]row, error) {
+	taken, err := d.takeProbe(ctx, db)
 	if err != nil || !taken {
 		return nil, err
 	}
-	rows, err := d.q.claimRows(ctx, d.pool, d.opts.Endpoint, 1, d.opts.Lease, true)
+	rows, err := d.q.claimRows(ctx, db, d.opts.Endpoint, 1, d.opts.Lease, true)
 	if err != nil || len(rows) == 0 {
 		// Nothing to probe with (or the claim failed): let the next probe come sooner
 		// than the lease's end.
-		if _, rerr := d.pool.Exec(ctx, d.sq.releaseProbe, d.opts.Endpoint); rerr != nil && err == nil {
+		if _, rerr := db.Exec(ctx, d.sq.releaseProbe, d.opts.Endpoint); rerr != nil && err == nil {
 			err = fmt.Errorf("release the sink probe: %w", rerr)
 		}
 		return nil, err

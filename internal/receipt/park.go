@@ -35,7 +35,7 @@ func (r *Recorder) ExpireParked(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := r.pool.Query(ctx, q.sql, args...)
+	rows, err := r.housekeeping.Query(ctx, q.sql, args...)
 	if err != nil {
 		return 0, fmt.Errorf("list expired parked events: %w", err)
 	}
@@ -80,7 +80,7 @@ func (r *Recorder) ParkedStats(ctx context.Context) (n int64, oldest time.Durati
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := r.pool.QueryRow(ctx, q.sql, args...).Scan(&n, &secs); err != nil {
+	if err := r.housekeeping.QueryRow(ctx, q.sql, args...).Scan(&n, &secs); err != nil {
 		return 0, 0, fmt.Errorf("count parked events: %w", err)
 	}
 	return n, time.Duration(secs * float64(time.Second)), nil

@@ -199,9 +199,17 @@ func WithOutboxWritten(f func()) Option { return func(r *Recorder) { r.outboxWri
 // ignored_state, and ExpireParked expires every parked event.
 func WithParkFor(d time.Duration) Option { return func(r *Recorder) { r.parkFor = d } }
 
+// WithHousekeeping runs the parking sweep's reads (which entities to expire, the
+// parked backlog) on db instead of the recorder's pool; expiring still runs on the
+// recorder's pool. A receiver pool shares one small housekeeping pool per database
+// among its endpoints (see outbox.Options.Housekeeping).
+func WithHousekeeping(db *pgxpool.Pool) Option { return func(r *Recorder) { r.housekeeping = db } }
+
 // Recorder runs the receipt transaction for one endpoint. It is safe for concurrent use.
 type Recorder struct {
-	pool            *pgxpool.Pool
+	pool *pgxpool.Pool
+	// housekeeping is WithHousekeeping's pool, else pool.
+	housekeeping    *pgxpool.Pool
 	ep              *config.Endpoint
 	key             string
 	sql             statements
@@ -217,8 +225,8 @@ type Recorder struct {
 // migrated (store.Migrate).
 func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recorder {
 	s, m := buildStatements(ep)
-	r := &Recorder{pool: pool, ep: ep, key: ep.Key(), sql: s, mode: m, deadlockRetries: 3,
-		parkFor: ep.ParkFor()}
+	r := &Recorder{pool: pool, housekeeping: pool, ep: ep, key: ep.Key(), sql: s, mode: m,
+		deadlockRetries: 3, parkFor: ep.ParkFor()}
 	r.group = newGrouper(r, DefaultGroupCommit)
 	for _, o := range opts {
 		o(r)
