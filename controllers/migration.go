@@ -48,7 +48,7 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 					other, ep.Spec.Database.Schema))
 			return errStop
 		}
-		if schemaCurrent(ctx, ep, opts, string(url)) {
+		if schemaCurrent(ctx, &st.db, ep, opts, string(url)) {
 			return r.alreadyMigrated(ctx, st)
 		}
 		if _, err := r.apply(ctx, ep, desired); err != nil {
@@ -116,16 +116,16 @@ func (r *WebhookEndpointReconciler) reconcileMigration(ctx context.Context, st *
 
 // schemaCurrent reports whether the endpoint's schema is already at this operator's
 // schema version or newer, read with the endpoint's database URL as the sink state is
-// (withEndpointDB). Then no migration Job is needed: endpoints sharing a schema (a
+// (endpointDB). Then no migration Job is needed: endpoints sharing a schema (a
 // receiver pool's members, usually) would each run one that changes nothing. Only for
 // the operator's own receiver image, whose binary needs exactly store.SchemaVersion;
 // another image may need a newer one. Any failure to read means "run the Job", which
 // migrates or says why it cannot.
-func schemaCurrent(ctx context.Context, ep *v1alpha1.WebhookEndpoint, opts resources.Options, url string) bool {
+func schemaCurrent(ctx context.Context, db *endpointDB, ep *v1alpha1.WebhookEndpoint, opts resources.Options, url string) bool {
 	if ep.Spec.Receiver.Image != "" && ep.Spec.Receiver.Image != opts.Image {
 		return false
 	}
-	err := withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+	err := db.read(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
 		return store.CheckSchema(ctx, conn, ep.Spec.Database.Schema)
 	})
 	return err == nil

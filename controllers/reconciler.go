@@ -105,6 +105,7 @@ func (r *WebhookEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, nil
 	}
 	st := newState(ep, r.now())
+	defer st.db.close()
 	err := r.reconcileSteps(ctx, st)
 	if err != nil {
 		logger.V(1).Info("reconcile step failed, will retry", "error", err.Error())
@@ -199,7 +200,9 @@ type state struct {
 	configHash string
 
 	// url is the address providers send webhooks to, set by the exposure step.
-	url       string
+	url string
+	// db reads the endpoint's database; closed when the reconcile ends.
+	db        endpointDB
 	requeueAt time.Time
 }
 

@@ -69,7 +69,7 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// cache then holds no Secret values (see CacheOptions).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
 		// A pooled endpoint's ReceiverAvailable follows its pool's status.
-		Watches(&v1alpha1.WebhookReceiverPool{}, handler.EnqueueRequestsFromMapFunc(r.endpointsOfPool)).
+		Watches(&v1alpha1.WebhookReceiverPool{}, r.poolChanges()).
 		Build(r)
 	if err != nil {
 		return fmt.Errorf("build WebhookEndpoint controller: %w", err)

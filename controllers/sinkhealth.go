@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,9 +22,6 @@ import (
 const (
 	sinkHealthPoll     = 30 * time.Second
 	sinkHealthIdlePoll = 2 * time.Minute
-	// sinkHealthTimeout bounds connecting and reading, so an unreachable database
-	// holds up a reconcile only this long.
-	sinkHealthTimeout = 5 * time.Second
 )
 
 // reconcileSinkHealth reads what the endpoint's dispatchers know of the sink and report
@@ -37,7 +33,7 @@ func (r *WebhookEndpointReconciler) reconcileSinkHealth(ctx context.Context, st 
 	ep := st.ep
 	ref := ep.Spec.Database.URLSecretRef
 	url := string(st.values[ref.Name+"/"+ref.Key])
-	h, err := readSinkHealth(ctx, url, ep.Spec.Database.Schema, ep.Namespace+"/"+ep.Name)
+	h, err := readSinkHealth(ctx, &st.db, url, ep.Spec.Database.Schema, ep.Namespace+"/"+ep.Name)
 	switch {
 	case err != nil:
 		st.requeue(st.now.Add(sinkHealthPoll))
@@ -70,34 +66,13 @@ func (r *WebhookEndpointReconciler) reconcileSinkHealth(ctx context.Context, st 
 	return nil
 }
 
-// readSinkHealth reads the endpoint's sink state with one connection (withEndpointDB).
-func readSinkHealth(ctx context.Context, url, schema, endpoint string) (h outbox.SinkHealth, err error) {
-	err = withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+// readSinkHealth reads the endpoint's sink state through db.
+func readSinkHealth(ctx context.Context, db *endpointDB, url, schema, endpoint string) (h outbox.SinkHealth, err error) {
+	err = db.read(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
 		h, err = outbox.ReadSinkHealth(ctx, conn, store.TablesIn(schema), endpoint)
 		return err
 	})
 	return h, err
-}
-
-// withEndpointDB connects to an endpoint's database for one read and closes the
-// connection at once: the operator keeps no database URL beyond a reconcile.
-func withEndpointDB(ctx context.Context, url string, read func(context.Context, *pgx.Conn) error) error {
-	if url == "" {
-		return errors.New("the database URL is not resolved")
-	}
-	ctx, cancel := context.WithTimeout(ctx, sinkHealthTimeout)
-	defer cancel()
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		// pgx's parse error can echo the URL, password included.
-		return errors.New("the database URL is not a valid PostgreSQL connection string")
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect to the database: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	return read(ctx, conn)
 }
 
 // sinkDownMessage says since when the sink fails, how, what waits and what happens

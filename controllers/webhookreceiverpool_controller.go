@@ -20,9 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -126,13 +128,16 @@ func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool 
 	var members []v1alpha1.PoolMember
 	var configs []resources.PoolMemberConfig
 	var requeueAt time.Time
+	// Members usually share their Secrets (one database URL, one signing secret): each
+	// is read once per reconcile, not once per member.
+	secrets := &secretMemo{reader: r.reader(), got: map[client.ObjectKey]*corev1.Secret{}}
 	for i := range list.Items {
 		ep := &list.Items[i]
 		if ref := ep.Spec.Receiver.PoolRef; ref == nil || ref.Name != pool.Name || !ep.DeletionTimestamp.IsZero() {
 			continue
 		}
 		m := v1alpha1.PoolMember{Name: ep.Name, Path: resources.PoolPath(ep)}
-		mc, err := r.member(ctx, ep, now, validate)
+		mc, err := r.member(ctx, ep, now, validate, secrets)
 		var problem memberProblem
 		switch {
 		case errors.As(err, &problem):
@@ -152,6 +157,36 @@ func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool 
 	return members, configs, requeueAt, nil
 }
 
+// secretMemo reads each Secret once: a pool reconcile's members share a few Secrets.
+// It lives for one reconcile, so a rotated Secret is read anew by the next.
+type secretMemo struct {
+	reader client.Reader
+	got    map[client.ObjectKey]*corev1.Secret
+}
+
+// Get reads a Secret through reader the first time, then returns a copy of what it read
+// (a Secret not found is read again).
+func (m *secretMemo) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	out, ok := obj.(*corev1.Secret)
+	if !ok {
+		return m.reader.Get(ctx, key, obj, opts...)
+	}
+	if s, ok := m.got[key]; ok {
+		s.DeepCopyInto(out)
+		return nil
+	}
+	if err := m.reader.Get(ctx, key, out, opts...); err != nil {
+		return err
+	}
+	m.got[key] = out.DeepCopy()
+	return nil
+}
+
+// List lists through reader.
+func (m *secretMemo) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return m.reader.List(ctx, list, opts...)
+}
+
 // memberProblem is what keeps an endpoint out of its pool that a person must fix (its
 // config, its Secrets); the pool's status lists it. Other errors are the API's.
 type memberProblem struct{ msg string }
@@ -160,7 +195,7 @@ func (p memberProblem) Error() string { return p.msg }
 
 // member renders one endpoint for the pool; a memberProblem says what keeps it out.
 func (r *WebhookReceiverPoolReconciler) member(ctx context.Context, ep *v1alpha1.WebhookEndpoint, now time.Time,
-	validate func(*v1alpha1.WebhookEndpoint) error) (resources.PoolMemberConfig, error) {
+	validate func(*v1alpha1.WebhookEndpoint) error, secrets client.Reader) (resources.PoolMemberConfig, error) {
 	if err := validate(ep); err != nil {
 		return resources.PoolMemberConfig{}, memberProblem{"invalid config: " + err.Error()}
 	}
@@ -171,7 +206,7 @@ func (r *WebhookReceiverPoolReconciler) member(ctx context.Context, ep *v1alpha1
 	if len(rendered.ActiveSecrets) == 0 {
 		return resources.PoolMemberConfig{}, memberProblem{"every spec.signingSecrets entry has passed its expiresAt; add a current secret"}
 	}
-	values, problem, err := secretValues(ctx, r.reader(), ep.Namespace, rendered.Refs)
+	values, problem, err := secretValues(ctx, secrets, ep.Namespace, rendered.Refs)
 	if err != nil {
 		return resources.PoolMemberConfig{}, err
 	}
@@ -299,7 +334,11 @@ func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
-		Watches(&v1alpha1.WebhookEndpoint{}, handler.EnqueueRequestsFromMapFunc(poolOfEndpoint)).
+		// What the pool renders comes from its endpoints' spec, never their status, which
+		// changes several times per endpoint as it turns Ready: with 200 endpoints every
+		// status write re-rendered all 200.
+		Watches(&v1alpha1.WebhookEndpoint{}, handler.EnqueueRequestsFromMapFunc(poolOfEndpoint),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.poolsForSecret)).
 		Complete(r)
 	if err != nil {
@@ -394,9 +433,24 @@ func (r *WebhookEndpointReconciler) reconcilePooled(ctx context.Context, st *sta
 	return nil
 }
 
-// poolServingPoll is how often the operator looks again while a pool's receivers have
-// not yet reported the endpoint's current config.
-const poolServingPoll = 2 * time.Second
+// While a pool's receivers have not yet reported the endpoint's current config, the
+// operator looks again after a quarter of the time it has waited, from poolServingPoll
+// up to poolServingPollMax: a single endpoint turns Ready within seconds, and hundreds
+// added at once (each reconcile reads the database) do not keep the operator busy
+// re-reading heartbeats that arrive every 30 s.
+const (
+	poolServingPoll    = 2 * time.Second
+	poolServingPollMax = 15 * time.Second
+)
+
+// poolServingWait is when to look again for the pool's heartbeats (see poolServingPoll).
+func poolServingWait(st *state) time.Duration {
+	prev := st.previous(v1alpha1.ConditionReceiverAvailable)
+	if prev == nil || prev.Status == metav1.ConditionTrue {
+		return poolServingPoll
+	}
+	return min(max(st.now.Sub(prev.LastTransitionTime.Time)/4, poolServingPoll), poolServingPollMax)
+}
 
 // poolServes sets ReceiverAvailable from the heartbeats the pool's receivers write into
 // the endpoint's schema (they hold no API credentials): True once a receiver reports
@@ -406,15 +460,15 @@ func (r *WebhookEndpointReconciler) poolServes(ctx context.Context, st *state, p
 	ep := st.ep
 	ref := ep.Spec.Database.URLSecretRef
 	sum := sha256.Sum256(st.rendered.JSON)
-	hb, err := readPoolHeartbeats(ctx, string(st.values[ref.Name+"/"+ref.Key]), ep.Spec.Database.Schema,
+	hb, err := readPoolHeartbeats(ctx, &st.db, string(st.values[ref.Name+"/"+ref.Key]), ep.Spec.Database.Schema,
 		ep.Namespace+"/"+ep.Name, hex.EncodeToString(sum[:8]))
 	switch {
 	case err != nil:
-		st.requeue(st.now.Add(poolServingPoll))
+		st.requeue(st.now.Add(poolServingWait(st)))
 		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionUnknown, ReasonUnavailable,
 			fmt.Sprintf("cannot read the heartbeats WebhookReceiverPool %s's receivers write in schema %q: %s", pool, ep.Spec.Database.Schema, oneLine(err.Error())))
 	case hb.serving == 0:
-		st.requeue(st.now.Add(poolServingPoll))
+		st.requeue(st.now.Add(poolServingWait(st)))
 		msg := fmt.Sprintf("waiting for WebhookReceiverPool %s's receivers to serve the endpoint's current config (%d of %d report it)", pool, hb.serving, hb.reporting)
 		if hb.detail != "" {
 			msg += ": " + hb.detail
@@ -441,11 +495,10 @@ type poolHeartbeats struct {
 // receivers' intervals.
 const heartbeatFresh = "90 seconds"
 
-// readPoolHeartbeats reads the endpoint's recent heartbeats with one connection
-// (withEndpointDB). serving counts receivers ready with the manifest whose SHA-256 starts with
+// readPoolHeartbeats reads the endpoint's recent heartbeats through db. serving counts receivers ready with the manifest whose SHA-256 starts with
 // manifestHash (the first part of the config_hash they write).
-func readPoolHeartbeats(ctx context.Context, url, schema, endpoint, manifestHash string) (hb poolHeartbeats, err error) {
-	err = withEndpointDB(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+func readPoolHeartbeats(ctx context.Context, db *endpointDB, url, schema, endpoint, manifestHash string) (hb poolHeartbeats, err error) {
+	err = db.read(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
 		err := conn.QueryRow(ctx, `SELECT
   count(*) FILTER (WHERE ready AND config_hash LIKE $2 || '-%'),
   count(*),
@@ -458,6 +511,72 @@ WHERE endpoint = $1 AND seen_at > now() - interval '`+heartbeatFresh+`'`, endpoi
 		return nil
 	})
 	return hb, err
+}
+
+// poolChanges enqueues the endpoints a change of their pool concerns. A created or
+// deleted pool, a new spec or ReceiverAvailable condition concern all the
+// endpoints that name it; any other status update only the endpoints whose entry in
+// status.endpoints changed. The pool's status changes with each member's, so
+// re-reconciling every member each time cost n² reconciles for n endpoints.
+func (r *WebhookEndpointReconciler) poolChanges() handler.EventHandler {
+	all := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.endpointsOfPool(ctx, obj) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			oldPool, okOld := e.ObjectOld.(*v1alpha1.WebhookReceiverPool)
+			newPool, okNew := e.ObjectNew.(*v1alpha1.WebhookReceiverPool)
+			if !okOld || !okNew || poolChangeConcernsAll(oldPool, newPool) {
+				all(ctx, e.ObjectNew, q)
+				return
+			}
+			for _, name := range changedMembers(oldPool.Status.Endpoints, newPool.Status.Endpoints) {
+				q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Namespace: newPool.Namespace, Name: name}})
+			}
+		},
+	}
+}
+
+// poolChangeConcernsAll: what every member reads of its pool changed (reconcilePooled).
+func poolChangeConcernsAll(oldPool, newPool *v1alpha1.WebhookReceiverPool) bool {
+	available := func(p *v1alpha1.WebhookReceiverPool) metav1.Condition {
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReceiverAvailable); c != nil {
+			return metav1.Condition{Status: c.Status, Reason: c.Reason, Message: c.Message}
+		}
+		return metav1.Condition{}
+	}
+	return oldPool.Generation != newPool.Generation || available(oldPool) != available(newPool)
+}
+
+// changedMembers names the endpoints whose entry differs between two status.endpoints
+// lists, or is in only one of them.
+func changedMembers(before, after []v1alpha1.PoolMember) []string {
+	old := make(map[string]v1alpha1.PoolMember, len(before))
+	for _, m := range before {
+		old[m.Name] = m
+	}
+	var names []string
+	for _, m := range after {
+		if prev, ok := old[m.Name]; !ok || prev != m {
+			names = append(names, m.Name)
+		}
+		delete(old, m.Name)
+	}
+	for name := range old {
+		names = append(names, name)
+	}
+	return names
 }
 
 // endpointsOfPool maps a pool to the endpoints that name it.
