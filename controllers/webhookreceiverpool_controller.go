@@ -87,7 +87,8 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 	}
 	r.summarize(pool, members, deployment)
 	if !equality.Semantic.DeepEqual(original.Status, pool.Status) {
-		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); err != nil {
+		// A pool deleted since it was read has no status to write.
+		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patch status of WebhookReceiverPool %s: %w", req.NamespacedName, err)
 		}
 	}
