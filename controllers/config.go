@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
@@ -38,14 +40,20 @@ const (
 // event records an Event on the endpoint. Notes never carry secret values: callers pass
 // names, keys and reasons only.
 func (r *WebhookEndpointReconciler) event(ep *v1alpha1.WebhookEndpoint, eventType, reason, action, note string, args ...any) {
-	if r.Recorder == nil {
+	recordEvent(r.Recorder, ep, eventType, reason, action, note, args...)
+}
+
+// recordEvent records an event on obj, its note cut to maxEventNote; nothing without a
+// recorder.
+func recordEvent(rec events.EventRecorder, obj runtime.Object, eventType, reason, action, note string, args ...any) {
+	if rec == nil {
 		return
 	}
 	msg := fmt.Sprintf(note, args...)
 	if len(msg) > maxEventNote {
 		msg = msg[:maxEventNote-3] + "..."
 	}
-	r.Recorder.Eventf(ep, nil, eventType, reason, action, "%s", msg)
+	rec.Eventf(obj, nil, eventType, reason, action, "%s", msg)
 }
 
 // maxEventNote keeps notes under the events.k8s.io limit (1 kB); a longer note would

@@ -26,7 +26,7 @@ func (r *WebhookEndpointReconciler) reconcileExposure(ctx context.Context, st *s
 	ep := st.ep
 	if ep.Spec.Receiver.PoolRef == nil {
 		st.url = resources.InClusterURL(ep)
-	} // else the pool's URL, set by reconcilePooled (a pooled endpoint is not exposed)
+	} // else the pool's URL, set by reconcilePooled (a pooled endpoint is exposed by its pool's spec.exposure)
 	var wantRoute, wantIngress bool
 	if ex := ep.Spec.Exposure; ex != nil {
 		wantRoute, wantIngress = ex.HTTPRoute != nil, ex.Ingress != nil

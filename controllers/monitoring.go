@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -15,7 +16,12 @@ import (
 // RESTMapper rediscovers a group it does not know, so CRDs installed after the operator
 // started are found without a restart.
 func (r *WebhookEndpointReconciler) installed(gvk schema.GroupVersionKind) (bool, error) {
-	_, err := r.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	return kindInstalled(r.RESTMapper(), gvk)
+}
+
+// kindInstalled reports whether the API server serves gvk (its CRD is installed).
+func kindInstalled(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	switch {
 	case err == nil:
 		return true, nil

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -86,16 +87,24 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 		return ctrl.Result{}, err
 	}
 	r.summarize(pool, members, deployment)
+	exposureRequeue, err := r.reconcileExposure(ctx, pool)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if !equality.Semantic.DeepEqual(original.Status, pool.Status) {
 		// A pool deleted since it was read has no status to write.
 		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("patch status of WebhookReceiverPool %s: %w", req.NamespacedName, err)
 		}
 	}
+	var after time.Duration
 	if !requeueAt.IsZero() {
-		return ctrl.Result{RequeueAfter: max(requeueAt.Sub(now), 100*time.Millisecond)}, nil
+		after = max(requeueAt.Sub(now), 100*time.Millisecond)
 	}
-	return ctrl.Result{}, nil
+	if exposureRequeue > 0 && (after == 0 || exposureRequeue < after) {
+		after = exposureRequeue
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 func (r *WebhookReceiverPoolReconciler) now() time.Time {
@@ -335,6 +344,7 @@ func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		Owns(&networkingv1.Ingress{}).
 		// What the pool renders comes from its endpoints' spec, never their status, which
 		// changes several times per endpoint as it turns Ready: with 200 endpoints every
 		// status write re-rendered all 200.
@@ -406,6 +416,9 @@ func (r *WebhookEndpointReconciler) reconcilePooled(ctx context.Context, st *sta
 		return errStop
 	}
 	st.url = resources.PoolURL(pool) + resources.PoolPath(ep)
+	if pool.Status.PublicURL != "" {
+		st.url = pool.Status.PublicURL + resources.PoolPath(ep)
+	}
 	var member *v1alpha1.PoolMember
 	for i := range pool.Status.Endpoints {
 		if pool.Status.Endpoints[i].Name == ep.Name {
@@ -515,7 +528,7 @@ WHERE endpoint = $1 AND seen_at > now() - interval '`+heartbeatFresh+`'`, endpoi
 }
 
 // poolChanges enqueues the endpoints a change of their pool concerns. A created or
-// deleted pool, a new spec or ReceiverAvailable condition concern all the
+// deleted pool, a new spec, public URL or ReceiverAvailable condition concern all the
 // endpoints that name it; any other status update only the endpoints whose entry in
 // status.endpoints changed. The pool's status changes with each member's, so
 // re-reconciling every member each time cost n² reconciles for n endpoints.
@@ -557,7 +570,8 @@ func poolChangeConcernsAll(oldPool, newPool *v1alpha1.WebhookReceiverPool) bool 
 		}
 		return metav1.Condition{}
 	}
-	return oldPool.Generation != newPool.Generation || available(oldPool) != available(newPool)
+	return oldPool.Generation != newPool.Generation || available(oldPool) != available(newPool) ||
+		oldPool.Status.PublicURL != newPool.Status.PublicURL
 }
 
 // changedMembers names the endpoints whose entry differs between two status.endpoints

@@ -13,6 +13,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -219,4 +220,75 @@ func (e *env) testAutoscaling(t *testing.T) {
 	err := e.k8s.Create(e.ctx, bad)
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 	g.Expect(strings.Contains(err.Error(), "a pooled endpoint scales with its pool")).To(BeTrue(), "%v", err)
+}
+
+// testPoolExposure: a pool's spec.exposure publishes its Service through one Ingress
+// (the endpoints' own builder) serving every member under the host; once the Ingress has
+// an address the pool is Exposed with a public base URL and each member's status.url is
+// public; an Ingress path other than / is refused; removing the exposure removes the
+// Ingress and the members' URLs go back in-cluster.
+func (e *env) testPoolExposure(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
+
+	refused := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: ns},
+		Spec: v1alpha1.WebhookReceiverPoolSpec{Exposure: &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
+			Host: "hooks.example.com", Path: "/hooks"}}}}
+	err := e.k8s.Create(e.ctx, refused)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "an Ingress path other than / on a pool: %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("exposure.ingress.path must be empty or /"))
+
+	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns},
+		Spec: v1alpha1.WebhookReceiverPoolSpec{Exposure: &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
+			ClassName: "nginx", Host: "hooks.example.com", TLSSecretName: "hooks-tls"}}}}
+	g.Expect(e.k8s.Create(e.ctx, p)).To(Succeed())
+	ep := e.create(t, pooled(ns, "orders", "public"))
+
+	ing := &networkingv1.Ingress{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), ing)).To(Succeed())
+		cur := e.pool(g, ns, p.Name)
+		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(controllers.ReasonIngressPending))
+		g.Expect(cur.Status.PublicURL).To(BeEmpty())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	owner := e.pool(g, ns, p.Name)
+	g.Expect(ing.OwnerReferences).To(ConsistOf(HaveField("UID", owner.UID)), "the pool owns its Ingress")
+	g.Expect(ing.OwnerReferences[0].Kind).To(Equal("WebhookReceiverPool"))
+	g.Expect(*ing.Spec.IngressClassName).To(Equal("nginx"))
+	g.Expect(ing.Spec.TLS[0].SecretName).To(Equal("hooks-tls"))
+	path := ing.Spec.Rules[0].HTTP.Paths[0]
+	g.Expect(ing.Spec.Rules[0].Host).To(Equal("hooks.example.com"))
+	g.Expect(path.Path).To(Equal("/"), "one rule serves every member under the host")
+	g.Expect(path.Backend.Service.Name).To(Equal(resources.PoolName(p.Name)))
+	g.Expect(path.Backend.Service.Port.Name).To(Equal("http"))
+
+	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}
+	g.Expect(e.k8s.Status().Update(e.ctx, ing)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		cur := e.pool(g, ns, p.Name)
+		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(Equal(controllers.ReasonLoadBalanced))
+		g.Expect(cur.Status.PublicURL).To(Equal("https://hooks.example.com"))
+		g.Expect(e.endpoint(g, ep).Status.URL).To(Equal("https://hooks.example.com/orders/stripe"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		cur := e.pool(g, ns, p.Name)
+		cur.Spec.Exposure = nil
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), &networkingv1.Ingress{}))).To(BeTrue())
+		cur := e.pool(g, ns, p.Name)
+		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)).To(BeNil())
+		g.Expect(cur.Status.PublicURL).To(BeEmpty())
+		g.Expect(e.endpoint(g, ep).Status.URL).To(Equal(resources.PoolURL(cur) + "/orders/stripe"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }

@@ -39,6 +39,7 @@ type AutoscalingSpec struct {
 
 // WebhookReceiverPoolSpec shapes one Deployment of receivers shared by the endpoints
 // of its namespace that name it in spec.receiver.poolRef.
+// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || self.exposure.ingress.path in ['', '/']",message="a pool's exposure.ingress.path must be empty or /: an Ingress does not rewrite paths and the pool serves its endpoints under /<name>; use exposure.httpRoute.path for a prefix",fieldPath=".exposure.ingress.path"
 type WebhookReceiverPoolSpec struct {
 	// replicas of the pool's receivers when autoscaling is off; a
 	// PodDisruptionBudget is created when more than one.
@@ -56,6 +57,12 @@ type WebhookReceiverPoolSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
+	// exposure publishes the pool outside the cluster through one HTTPRoute or Ingress
+	// on the pool's Service: every member is served under its host at
+	// <path>/<endpoint name><its receiver.path>, where an HTTPRoute's path prefix is
+	// rewritten away and an Ingress's is /. Members' status.url is then public.
+	// +optional
+	Exposure *ExposureSpec `json:"exposure,omitempty"`
 }
 
 // PoolMember is one endpoint a pool serves, as the pool's status lists it.
@@ -81,6 +88,11 @@ type WebhookReceiverPoolStatus struct {
 	// url + "/" + its name.
 	// +optional
 	URL string `json:"url,omitempty"`
+	// publicURL is the https base URL of an exposed pool once its route is accepted
+	// (or its Ingress has an address); an endpoint is served under publicURL + "/" +
+	// its name.
+	// +optional
+	PublicURL string `json:"publicURL,omitempty"`
 	// replicas and readyReplicas of the pool's Deployment.
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
@@ -94,7 +106,8 @@ type WebhookReceiverPoolStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Endpoints []PoolMember `json:"endpoints,omitempty"`
-	// conditions: Ready, ReceiverAvailable, and the kstatus Reconciling and Stalled.
+	// conditions: Ready, ReceiverAvailable, Exposed (with spec.exposure), and the
+	// kstatus Reconciling and Stalled.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -3,6 +3,8 @@ package resources
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
@@ -68,5 +70,47 @@ func TestExposure(t *testing.T) {
 	ep.Spec.Exposure.Ingress.ClassName = ""
 	if ing := Ingress(ep); ing.Spec.TLS != nil || ing.Spec.IngressClassName != nil {
 		t.Errorf("optional fields set: %+v", ing.Spec)
+	}
+}
+
+// A pool is exposed by the same builders: one route on its Service, the prefix
+// rewritten to / (the pool serves /<name>/...), and a base URL its members extend.
+func TestPoolExposure(t *testing.T) {
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "shop"}}
+	if got := PoolPublicURL(pool); got != "" {
+		t.Errorf("PoolPublicURL without exposure = %q, want empty", got)
+	}
+	pool.Spec.Exposure = &v1alpha1.ExposureSpec{HTTPRoute: &v1alpha1.HTTPRouteExposure{
+		ParentRefs: []v1alpha1.ParentReference{{Name: "public"}},
+		Hostnames:  []string{"hooks.example.com"},
+		Path:       "/hooks/",
+	}}
+	if got := PoolPublicURL(pool); got != "https://hooks.example.com/hooks" {
+		t.Errorf("PoolPublicURL = %s", got)
+	}
+	route := PoolHTTPRoute(pool)
+	if route.Name != PoolName("shared") || route.Namespace != "shop" || route.Labels[LabelComponent] != ComponentPoolReceiver {
+		t.Errorf("route meta = %+v", route.ObjectMeta)
+	}
+	rule := route.Spec.Rules[0]
+	if *rule.Matches[0].Path.Value != "/hooks/" || string(rule.BackendRefs[0].Name) != PoolName("shared") {
+		t.Errorf("rule = %+v", rule)
+	}
+	if len(rule.Filters) != 1 || *rule.Filters[0].URLRewrite.Path.ReplacePrefixMatch != "/" {
+		t.Errorf("filters = %+v, want the prefix rewritten to /", rule.Filters)
+	}
+	pool.Spec.Exposure.HTTPRoute.Path = ""
+	if rule := PoolHTTPRoute(pool).Spec.Rules[0]; *rule.Matches[0].Path.Value != "/" || len(rule.Filters) != 0 {
+		t.Errorf("rule without a prefix = %+v, want / and no rewrite", rule)
+	}
+
+	pool.Spec.Exposure = &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{Host: "hooks.example.com"}}
+	ing := PoolIngress(pool)
+	path := ing.Spec.Rules[0].HTTP.Paths[0]
+	if path.Path != "/" || path.Backend.Service.Name != PoolName("shared") || ing.Spec.Rules[0].Host != "hooks.example.com" {
+		t.Errorf("ingress rule = %+v", ing.Spec.Rules[0])
+	}
+	if got := PoolPublicURL(pool); got != "https://hooks.example.com" {
+		t.Errorf("PoolPublicURL (ingress) = %s", got)
 	}
 }
