@@ -146,7 +146,8 @@ func (r *WebhookReceiverPoolReconciler) gatherMembers(ctx context.Context, pool 
 		if ref := ep.Spec.Receiver.PoolRef; ref == nil || ref.Name != pool.Name || !ep.DeletionTimestamp.IsZero() {
 			continue
 		}
-		m := v1alpha1.PoolMember{Name: ep.Name, Path: resources.PoolPath(ep)}
+		m := v1alpha1.PoolMember{Name: ep.Name, Path: resources.PoolPath(ep),
+			Ready: meta.IsStatusConditionTrue(ep.Status.Conditions, v1alpha1.ConditionReady)}
 		mc, err := r.member(ctx, ep, now, validate, secrets)
 		var problem memberProblem
 		switch {
@@ -345,11 +346,11 @@ func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Owns(&networkingv1.Ingress{}).
-		// What the pool renders comes from its endpoints' spec, never their status, which
-		// changes several times per endpoint as it turns Ready: with 200 endpoints every
-		// status write re-rendered all 200.
+		// What the pool renders comes from its endpoints' spec; of their status it lists
+		// only Ready. Other status writes (several per endpoint as it turns Ready) do not
+		// concern it: with 200 endpoints each one re-rendered all 200.
 		Watches(&v1alpha1.WebhookEndpoint{}, handler.EnqueueRequestsFromMapFunc(poolOfEndpoint),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, endpointReadyChanged))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.poolsForSecret)).
 		Complete(r)
 	if err != nil {
@@ -357,6 +358,15 @@ func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error
 	}
 	return nil
 }
+
+// endpointReadyChanged passes an endpoint update whose Ready condition changed status.
+var endpointReadyChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	ready := func(o client.Object) bool {
+		ep, ok := o.(*v1alpha1.WebhookEndpoint)
+		return ok && meta.IsStatusConditionTrue(ep.Status.Conditions, v1alpha1.ConditionReady)
+	}
+	return ready(e.ObjectOld) != ready(e.ObjectNew)
+}}
 
 // poolOfEndpoint maps an endpoint to the pool it names (old and new object both pass
 // here on an update, so leaving a pool reconciles the pool left).

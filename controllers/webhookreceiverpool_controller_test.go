@@ -129,9 +129,12 @@ VALUES ($1, 'shared-pool-0', 'shared', true, $2, now())`, ns+"/orders", hex.Enco
 		g.Expect(cur.Status.EndpointCount).To(Equal(int32(3)))
 		g.Expect(cur.Status.URL).To(Equal("http://shared-pool." + ns + ".svc"))
 		g.Expect(cur.Status.Endpoints).To(HaveLen(3))
-		g.Expect(cur.Status.Endpoints[0]).To(And(HaveField("Name", "broken"), HaveField("Loaded", false),
+		g.Expect(cur.Status.Endpoints[0]).To(And(HaveField("Name", "broken"), HaveField("Loaded", false), HaveField("Ready", false),
 			HaveField("Message", ContainSubstring("Secret "+ns+"/absent not found"))))
-		g.Expect(cur.Status.Endpoints[1]).To(And(HaveField("Name", "orders"), HaveField("Loaded", true), HaveField("Path", "/orders/stripe")))
+		g.Expect(cur.Status.Endpoints[1]).To(And(HaveField("Name", "orders"), HaveField("Loaded", true), HaveField("Path", "/orders/stripe"),
+			HaveField("Ready", true)), "the pool lists the member's own Ready")
+		g.Expect(cur.Status.Endpoints[2]).To(And(HaveField("Name", "refunds"), HaveField("Loaded", true), HaveField("Ready", false)),
+			"no receiver reports refunds yet")
 		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
 		g.Expect(ready).NotTo(BeNil())
 		g.Expect(ready.Status).To(Equal(metav1.ConditionTrue))

@@ -39,7 +39,7 @@ type AutoscalingSpec struct {
 
 // WebhookReceiverPoolSpec shapes one Deployment of receivers shared by the endpoints
 // of its namespace that name it in spec.receiver.poolRef.
-// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || self.exposure.ingress.path in ['', '/']",message="a pool's exposure.ingress.path must be empty or /: an Ingress does not rewrite paths and the pool serves its endpoints under /<name>; use exposure.httpRoute.path for a prefix",fieldPath=".exposure.ingress.path"
+// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || self.exposure.ingress.path in [”, '/']",message="a pool's exposure.ingress.path must be empty or /: an Ingress does not rewrite paths and the pool serves its endpoints under /<name>; use exposure.httpRoute.path for a prefix",fieldPath=".exposure.ingress.path"
 type WebhookReceiverPoolSpec struct {
 	// replicas of the pool's receivers when autoscaling is off; a
 	// PodDisruptionBudget is created when more than one.
@@ -74,6 +74,9 @@ type PoolMember struct {
 	// loaded is true when the endpoint's config and Secrets were rendered for the
 	// pool's receivers; false, with message, when they could not be.
 	Loaded bool `json:"loaded"`
+	// ready is the endpoint's own Ready condition: loaded, and a receiver of the pool
+	// reports it serves the endpoint's current config.
+	Ready bool `json:"ready"`
 	// message says why an endpoint is not loaded.
 	// +optional
 	Message string `json:"message,omitempty"`
