@@ -39,7 +39,7 @@ type AutoscalingSpec struct {
 
 // WebhookReceiverPoolSpec shapes one Deployment of receivers shared by the endpoints
 // of its namespace that name it in spec.receiver.poolRef.
-// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || self.exposure.ingress.path in [”, '/']",message="a pool's exposure.ingress.path must be empty or /: an Ingress does not rewrite paths and the pool serves its endpoints under /<name>; use exposure.httpRoute.path for a prefix",fieldPath=".exposure.ingress.path"
+// +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || size(self.exposure.ingress.path) == 0 || self.exposure.ingress.path == '/'",message="a pool's exposure.ingress.path must be empty or /: an Ingress does not rewrite paths and the pool serves its endpoints under /<name>; use exposure.httpRoute.path for a prefix",fieldPath=".exposure.ingress.path"
 type WebhookReceiverPoolSpec struct {
 	// replicas of the pool's receivers when autoscaling is off; a
 	// PodDisruptionBudget is created when more than one.
