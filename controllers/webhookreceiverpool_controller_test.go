@@ -244,6 +244,13 @@ func (e *env) testPoolExposure(t *testing.T) {
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "an Ingress path other than / on a pool: %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("exposure.ingress.path must be empty or /"))
 
+	// A pooled endpoint is exposed by its pool, never by its own spec.exposure.
+	own := pooled(ns, "own-route", "public")
+	own.Spec.Exposure = &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{Host: "own.example.com"}}
+	err = e.k8s.Create(e.ctx, own)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "a pooled endpoint with exposure of its own: %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("is exposed by its pool"))
+
 	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns},
 		Spec: v1alpha1.WebhookReceiverPoolSpec{Exposure: &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
 			ClassName: "nginx", Host: "hooks.example.com", TLSSecretName: "hooks-tls"}}}}

@@ -778,7 +778,7 @@ type ExposureSpec struct {
 // An Ingress forwards the request path unchanged and the receiver serves receiver.path
 // only, so exposure.ingress.path must be empty or equal to it.
 // +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || size(self.exposure.ingress.path) == 0 || self.exposure.ingress.path == (has(self.receiver) && has(self.receiver.path) ? self.receiver.path : '/')",message="exposure.ingress.path must be empty or equal to receiver.path: an Ingress does not rewrite paths and the receiver answers 404 on any other path; set receiver.path to the public path instead",fieldPath=".exposure.ingress.path"
-// +kubebuilder:validation:XValidation:rule="!has(self.receiver) || !has(self.receiver.poolRef) || !has(self.exposure)",message="exposure is not supported for an endpoint served by a pool (receiver.poolRef) yet: providers reach it through the pool's Service at /<name>; remove exposure or poolRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.receiver) || !has(self.receiver.poolRef) || !has(self.exposure)",message="an endpoint served by a pool (receiver.poolRef) is exposed by its pool: set the WebhookReceiverPool's spec.exposure, and remove exposure here"
 type WebhookEndpointSpec struct {
 	// provider selects the signature scheme and presets.
 	Provider ProviderSpec `json:"provider"`
