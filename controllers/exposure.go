@@ -19,6 +19,9 @@ import (
 
 var httpRouteGVK = schema.GroupVersionKind{Group: gatewayv1.GroupName, Version: "v1", Kind: "HTTPRoute"}
 
+// gatewayMissing is the Exposed message of an httpRoute exposure without the Gateway API.
+const gatewayMissing = "spec.exposure.httpRoute needs the Gateway API CRDs (gateway.networking.k8s.io/v1 HTTPRoute), which are not installed; install them or use spec.exposure.ingress"
+
 // reconcileExposure publishes the receiver through an HTTPRoute or an Ingress, removes
 // whichever is not wanted, and sets status.url to the public https URL once the route
 // is accepted (or the Ingress has an address), the in-cluster URL otherwise.
@@ -66,7 +69,7 @@ func (r *WebhookEndpointReconciler) exposeHTTPRoute(ctx context.Context, st *sta
 	ep := st.ep
 	if !installed {
 		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, ReasonGatewayMissing,
-			"spec.exposure.httpRoute needs the Gateway API CRDs (gateway.networking.k8s.io/v1 HTTPRoute), which are not installed; install them or use spec.exposure.ingress")
+			gatewayMissing)
 		return nil
 	}
 	if err := r.ensureWatch(ctx, &gatewayv1.HTTPRoute{}); err != nil {
@@ -76,25 +79,52 @@ func (r *WebhookEndpointReconciler) exposeHTTPRoute(ctx context.Context, st *sta
 	if err != nil {
 		return err
 	}
+	route, err := readRoute(live)
+	if err != nil {
+		return err
+	}
+	if !route.accepted() {
+		reason, msg := route.notAccepted()
+		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, reason, msg)
+		return nil
+	}
+	st.url = resources.PublicURL(ep)
+	r.exposed(st, ReasonAccepted, route.acceptedMessage("public URL", st.url))
+	return nil
+}
+
+// appliedRoute is an applied HTTPRoute's name and which Gateways accepted or rejected
+// its current generation.
+type appliedRoute struct {
+	name              string
+	parents, rejected []string
+}
+
+// readRoute reads what the API server answered to an HTTPRoute's apply.
+func readRoute(live *unstructured.Unstructured) (appliedRoute, error) {
 	route := &gatewayv1.HTTPRoute{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, route); err != nil {
-		return fmt.Errorf("read applied HTTPRoute %s: %w", live.GetName(), err)
+		return appliedRoute{}, fmt.Errorf("read applied HTTPRoute %s: %w", live.GetName(), err)
 	}
 	accepted, rejected := routeAcceptance(route)
-	switch {
-	case len(accepted) > 0:
-		st.url = resources.PublicURL(ep)
-		r.exposed(st, ReasonAccepted, fmt.Sprintf("HTTPRoute %s accepted by %s; public URL %s",
-			route.Name, strings.Join(accepted, ", "), st.url))
-	case len(rejected) > 0:
-		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, ReasonRouteRejected,
-			fmt.Sprintf("HTTPRoute %s not accepted: %s; check spec.exposure.httpRoute.parentRefs and the Gateway's allowedRoutes",
-				route.Name, strings.Join(rejected, "; ")))
-	default:
-		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, ReasonRoutePending,
-			fmt.Sprintf("waiting for a Gateway to accept HTTPRoute %s", route.Name))
+	return appliedRoute{name: route.Name, parents: accepted, rejected: rejected}, nil
+}
+
+func (a appliedRoute) accepted() bool { return len(a.parents) > 0 }
+
+// acceptedMessage is the Exposed message of an accepted route; what names the URL.
+func (a appliedRoute) acceptedMessage(what, url string) string {
+	return fmt.Sprintf("HTTPRoute %s accepted by %s; %s %s", a.name, strings.Join(a.parents, ", "), what, url)
+}
+
+// notAccepted is the Exposed reason and message of a route no Gateway accepted yet.
+func (a appliedRoute) notAccepted() (reason, msg string) {
+	if len(a.rejected) > 0 {
+		return ReasonRouteRejected, fmt.Sprintf(
+			"HTTPRoute %s not accepted: %s; check spec.exposure.httpRoute.parentRefs and the Gateway's allowedRoutes",
+			a.name, strings.Join(a.rejected, "; "))
 	}
-	return nil
+	return ReasonRoutePending, fmt.Sprintf("waiting for a Gateway to accept HTTPRoute %s", a.name)
 }
 
 // routeAcceptance lists the parents that accepted the current generation of the route,

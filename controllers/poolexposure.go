@@ -10,7 +10,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -50,38 +49,30 @@ func (r *WebhookReceiverPoolReconciler) reconcileExposure(ctx context.Context, p
 	}
 	st := &pool.Status
 	st.PublicURL = ""
-	set := func(s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionExposed, Status: s, Reason: reason,
-			Message: oneLine(msg), ObservedGeneration: pool.Generation})
+	notExposed := func(reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionExposed, Status: metav1.ConditionFalse,
+			Reason: reason, Message: oneLine(msg), ObservedGeneration: pool.Generation})
 	}
 	switch {
 	case wantRoute && !gatewayInstalled:
-		set(metav1.ConditionFalse, ReasonGatewayMissing,
-			"spec.exposure.httpRoute needs the Gateway API CRDs (gateway.networking.k8s.io/v1 HTTPRoute), which are not installed; install them or use spec.exposure.ingress")
+		notExposed(ReasonGatewayMissing,
+			gatewayMissing)
 		return poolRoutePoll, nil
 	case wantRoute:
 		live, err := applyOwned(ctx, r.Client, r.Scheme, pool, resources.PoolHTTPRoute(pool))
 		if err != nil {
 			return 0, err
 		}
-		route := &gatewayv1.HTTPRoute{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, route); err != nil {
-			return 0, fmt.Errorf("read applied HTTPRoute %s: %w", live.GetName(), err)
+		route, err := readRoute(live)
+		if err != nil {
+			return 0, err
 		}
-		accepted, rejected := routeAcceptance(route)
-		switch {
-		case len(accepted) > 0:
+		if route.accepted() {
 			st.PublicURL = resources.PoolPublicURL(pool)
-			r.exposed(pool, ReasonAccepted, fmt.Sprintf("HTTPRoute %s accepted by %s; public base URL %s",
-				route.Name, strings.Join(accepted, ", "), st.PublicURL))
+			r.exposed(pool, ReasonAccepted, route.acceptedMessage("public base URL", st.PublicURL))
 			return 0, nil
-		case len(rejected) > 0:
-			set(metav1.ConditionFalse, ReasonRouteRejected, fmt.Sprintf(
-				"HTTPRoute %s not accepted: %s; check spec.exposure.httpRoute.parentRefs and the Gateway's allowedRoutes",
-				route.Name, strings.Join(rejected, "; ")))
-		default:
-			set(metav1.ConditionFalse, ReasonRoutePending, fmt.Sprintf("waiting for a Gateway to accept HTTPRoute %s", route.Name))
 		}
+		notExposed(route.notAccepted())
 		return poolRoutePoll, nil
 	case wantIngress:
 		live, err := applyOwned(ctx, r.Client, r.Scheme, pool, resources.PoolIngress(pool))
@@ -90,7 +81,7 @@ func (r *WebhookReceiverPoolReconciler) reconcileExposure(ctx context.Context, p
 		}
 		addrs := ingressAddresses(live)
 		if len(addrs) == 0 {
-			set(metav1.ConditionFalse, ReasonIngressPending, fmt.Sprintf(
+			notExposed(ReasonIngressPending, fmt.Sprintf(
 				"waiting for the Ingress controller to give Ingress %s an address; check spec.exposure.ingress.className", live.GetName()))
 			return 0, nil // the Ingress watch brings the address
 		}

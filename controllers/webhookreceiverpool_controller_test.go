@@ -39,6 +39,18 @@ func pooled(ns, name, pool string) *v1alpha1.WebhookEndpoint {
 	return ep
 }
 
+// withPoolSecrets creates the Secrets a pooled validEndpoint references, the database
+// URL pointing at a real, migrated database (the operator reads the schema version and
+// the pool's heartbeats there, which tests write as the pool's receivers would), and
+// returns that URL.
+func (e *env) withPoolSecrets(t *testing.T, ns string) string {
+	t.Helper()
+	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
+	return dbURL
+}
+
 // poolFiles reads the pool's endpoints Secret: file name to content.
 func (e *env) poolFiles(g Gomega, p *v1alpha1.WebhookReceiverPool) map[string]string {
 	s := &corev1.Secret{}
@@ -59,11 +71,7 @@ func (e *env) poolFiles(g Gomega, p *v1alpha1.WebhookReceiverPool) map[string]st
 func (e *env) testReceiverPool(t *testing.T) {
 	g := NewWithT(t)
 	ns := e.namespace(t)
-	// A real database: the operator reads the pool's heartbeats from it, which this test
-	// writes as the pool's receivers would.
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
-	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
-	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
+	dbURL := e.withPoolSecrets(t, ns)
 	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns}}
 	g.Expect(e.k8s.Create(e.ctx, p)).To(Succeed())
 	a := e.create(t, pooled(ns, "orders", "shared"))
@@ -233,9 +241,7 @@ func (e *env) testAutoscaling(t *testing.T) {
 func (e *env) testPoolExposure(t *testing.T) {
 	g := NewWithT(t)
 	ns := e.namespace(t)
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
-	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
-	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
+	e.withPoolSecrets(t, ns)
 
 	refused := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: ns},
 		Spec: v1alpha1.WebhookReceiverPoolSpec{Exposure: &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
