@@ -86,11 +86,11 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.summarize(pool, members, deployment)
 	exposureRequeue, err := r.reconcileExposure(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.summarize(pool, members, deployment)
 	if !equality.Semantic.DeepEqual(original.Status, pool.Status) {
 		// A pool deleted since it was read has no status to write.
 		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); client.IgnoreNotFound(err) != nil {
@@ -312,10 +312,22 @@ func (r *WebhookReceiverPoolReconciler) summarize(pool *v1alpha1.WebhookReceiver
 			notLoaded = append(notLoaded, m.Name+": "+m.Message)
 		}
 	}
+	exposed := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionExposed)
 	switch {
 	case !available:
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonProgressing, "the pool's receivers are rolling out")
 		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, "waiting for the pool's receivers")
+	case exposed != nil && exposed.Status != metav1.ConditionTrue:
+		// As for an endpoint: an exposure asked for and not in place holds Ready back;
+		// one a person must fix (no Gateway API, a rejected route) stalls.
+		msg := "Exposed: " + exposed.Message
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, exposed.Reason, msg)
+		if stalledReasons[exposed.Reason] {
+			set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, exposed.Reason, "")
+			set(v1alpha1.ConditionStalled, metav1.ConditionTrue, exposed.Reason, msg)
+			return
+		}
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, exposed.Reason, msg)
 	case len(notLoaded) > 0:
 		// The pool serves the others; the endpoints' own conditions say what to fix.
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonMembersNotReady,

@@ -272,6 +272,16 @@ func (e *env) testPoolExposure(t *testing.T) {
 		g.Expect(c.Reason).To(Equal(controllers.ReasonIngressPending))
 		g.Expect(cur.Status.PublicURL).To(BeEmpty())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	// Available receivers, no address yet: the pool is not Ready, and says why.
+	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p.Name)))
+	g.Eventually(func(g Gomega) {
+		cur := e.pool(g, ns, p.Name)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		g.Expect(ready).NotTo(BeNil())
+		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(ready.Reason).To(Equal(controllers.ReasonIngressPending))
+		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReconciling)).To(BeTrue())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	owner := e.pool(g, ns, p.Name)
 	g.Expect(ing.OwnerReferences).To(ConsistOf(HaveField("UID", owner.UID)), "the pool owns its Ingress")
 	g.Expect(ing.OwnerReferences[0].Kind).To(Equal("WebhookReceiverPool"))
@@ -292,6 +302,7 @@ func (e *env) testPoolExposure(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(c.Reason).To(Equal(controllers.ReasonLoadBalanced))
 		g.Expect(cur.Status.PublicURL).To(Equal("https://hooks.example.com"))
+		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
 		g.Expect(e.endpoint(g, ep).Status.URL).To(Equal("https://hooks.example.com/orders/stripe"))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 
