@@ -68,8 +68,7 @@ func (r *WebhookEndpointReconciler) reconcileExposure(ctx context.Context, st *s
 func (r *WebhookEndpointReconciler) exposeHTTPRoute(ctx context.Context, st *state, installed bool) error {
 	ep := st.ep
 	if !installed {
-		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, ReasonGatewayMissing,
-			gatewayMissing)
+		st.setCondition(v1alpha1.ConditionExposed, metav1.ConditionFalse, ReasonGatewayMissing, gatewayMissing)
 		return nil
 	}
 	if err := r.ensureWatch(ctx, &gatewayv1.HTTPRoute{}); err != nil {

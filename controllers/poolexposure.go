@@ -55,8 +55,7 @@ func (r *WebhookReceiverPoolReconciler) reconcileExposure(ctx context.Context, p
 	}
 	switch {
 	case wantRoute && !gatewayInstalled:
-		notExposed(ReasonGatewayMissing,
-			gatewayMissing)
+		notExposed(ReasonGatewayMissing, gatewayMissing)
 		return poolRoutePoll, nil
 	case wantRoute:
 		live, err := applyOwned(ctx, r.Client, r.Scheme, pool, resources.PoolHTTPRoute(pool))

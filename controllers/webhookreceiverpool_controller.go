@@ -531,8 +531,9 @@ type poolHeartbeats struct {
 // receivers' intervals.
 const heartbeatFresh = "90 seconds"
 
-// readPoolHeartbeats reads the endpoint's recent heartbeats through db. serving counts receivers ready with the manifest whose SHA-256 starts with
-// manifestHash (the first part of the config_hash they write).
+// readPoolHeartbeats reads the endpoint's recent heartbeats through db. serving counts
+// receivers ready with the manifest whose SHA-256 starts with manifestHash (the first
+// part of the config_hash they write).
 func readPoolHeartbeats(ctx context.Context, db *endpointDB, url, schema, endpoint, manifestHash string) (hb poolHeartbeats, err error) {
 	err = db.read(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
 		err := conn.QueryRow(ctx, `SELECT

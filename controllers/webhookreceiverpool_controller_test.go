@@ -39,6 +39,14 @@ func pooled(ns, name, pool string) *v1alpha1.WebhookEndpoint {
 	return ep
 }
 
+// poolCondition reads the pool and its condition condType, which must be set.
+func (e *env) poolCondition(g Gomega, ns, name, condType string) (*v1alpha1.WebhookReceiverPool, *metav1.Condition) {
+	p := e.pool(g, ns, name)
+	c := meta.FindStatusCondition(p.Status.Conditions, condType)
+	g.ExpectWithOffset(1, c).NotTo(BeNil(), "pool %s has no %s condition", name, condType)
+	return p, c
+}
+
 // withPoolSecrets creates the Secrets a pooled validEndpoint references, the database
 // URL pointing at a real, migrated database (the operator reads the schema version and
 // the pool's heartbeats there, which tests write as the pool's receivers would), and
@@ -266,18 +274,14 @@ func (e *env) testPoolExposure(t *testing.T) {
 	ing := &networkingv1.Ingress{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), ing)).To(Succeed())
-		cur := e.pool(g, ns, p.Name)
-		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)
-		g.Expect(c).NotTo(BeNil())
+		cur, c := e.poolCondition(g, ns, p.Name, v1alpha1.ConditionExposed)
 		g.Expect(c.Reason).To(Equal(controllers.ReasonIngressPending))
 		g.Expect(cur.Status.PublicURL).To(BeEmpty())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	// Available receivers, no address yet: the pool is not Ready, and says why.
 	e.makeDeploymentAvailable(t, key(ns, resources.PoolName(p.Name)))
 	g.Eventually(func(g Gomega) {
-		cur := e.pool(g, ns, p.Name)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
-		g.Expect(ready).NotTo(BeNil())
+		cur, ready := e.poolCondition(g, ns, p.Name, v1alpha1.ConditionReady)
 		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(ready.Reason).To(Equal(controllers.ReasonIngressPending))
 		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReconciling)).To(BeTrue())
@@ -296,9 +300,7 @@ func (e *env) testPoolExposure(t *testing.T) {
 	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}
 	g.Expect(e.k8s.Status().Update(e.ctx, ing)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		cur := e.pool(g, ns, p.Name)
-		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)
-		g.Expect(c).NotTo(BeNil())
+		cur, c := e.poolCondition(g, ns, p.Name, v1alpha1.ConditionExposed)
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(c.Reason).To(Equal(controllers.ReasonLoadBalanced))
 		g.Expect(cur.Status.PublicURL).To(Equal("https://hooks.example.com"))

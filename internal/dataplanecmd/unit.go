@@ -88,7 +88,8 @@ const (
 type endpointUnit struct {
 	ep *config.Endpoint
 	db *pgxpool.Pool
-	// housekeeping runs the readiness checks (unitOptions.Housekeeping, else db).
+	// housekeeping runs the readiness checks and the heartbeat's writes
+	// (unitOptions.Housekeeping, else db).
 	housekeeping *pgxpool.Pool
 	log          logr.Logger
 	// handler is the webhook handler behind the endpoint's in-flight limit; it answers
