@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // testSecretsNotCached runs after the scenarios above (rotation included, which rolls
@@ -74,7 +74,7 @@ func (e *env) testKeyedHashes(t *testing.T) {
 		id := ref.Name + "/" + ref.Key
 		parts = append(parts, []byte(ref.EnvVar), []byte(id), values[id])
 	}
-	g.Expect(got).NotTo(Equal(plainSHA256(8, parts...)), "config hash is the plain SHA-256 of config and secret values")
+	g.Expect(got).NotTo(Equal(testsupport.UnkeyedHash(8, parts...)), "config hash is the plain SHA-256 of config and secret values")
 	for _, v := range values {
 		sum := sha256.Sum256(v)
 		g.Expect(got).NotTo(Equal(hex.EncodeToString(sum[:])))
@@ -85,7 +85,7 @@ func (e *env) testKeyedHashes(t *testing.T) {
 	migration := job.Annotations[resources.AnnotationMigrationHash]
 	db := cur.Spec.Database
 	g.Expect(migration).To(Equal(resources.MigrationHash(hashKey, cur, resources.Options{Image: testImage}, values["db-app/uri"])))
-	g.Expect(migration).NotTo(Equal(plainSHA256(4, []byte(db.Schema), []byte(testImage),
+	g.Expect(migration).NotTo(Equal(testsupport.UnkeyedHash(4, []byte(db.Schema), []byte(testImage),
 		[]byte(db.URLSecretRef.Name), []byte(db.URLSecretRef.Key), values["db-app/uri"])),
 		"migration hash is the plain SHA-256 of the database URL")
 
@@ -108,19 +108,6 @@ func (e *env) testKeyedHashes(t *testing.T) {
 		g.Expect(configHash(e.deployment(g, ep))).To(Equal(resources.ConfigHash(hashKey, rendered, values)))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	g.Expect(resources.ConfigHash(hashKey, rendered, values)).NotTo(Equal(got))
-}
-
-// plainSHA256 is SHA-256 over length-prefixed parts (n-byte big-endian lengths): what the
-// rollout hashes were before they were keyed.
-func plainSHA256(n int, parts ...[]byte) string {
-	h := sha256.New()
-	for _, b := range parts {
-		l := make([]byte, 8)
-		binary.BigEndian.PutUint64(l, uint64(len(b)))
-		h.Write(l[8-n:])
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // testKeyNamesStayPrivate: a missing key is reported by its own name only; the other

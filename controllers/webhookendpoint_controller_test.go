@@ -542,15 +542,24 @@ func (e *env) testIngress(t *testing.T) {
 	g.Expect(ing.ResourceVersion).To(Equal(rv), "Ingress rewritten by a no-op reconcile")
 
 	// Removing the exposure removes the Ingress and the public URL.
+	e.removeExposure(t, ep, &networkingv1.Ingress{}, "http://ing-receiver.")
+}
+
+// removeExposure clears ep's exposure and waits until the object that exposed it (an
+// empty Ingress or HTTPRoute) is gone, the URL is the in-cluster one again (urlPrefix),
+// the Exposed condition is removed and the endpoint is Ready.
+func (e *env) removeExposure(t *testing.T, ep *v1alpha1.WebhookEndpoint, exposed client.Object, urlPrefix string) {
+	t.Helper()
+	g := NewWithT(t)
 	g.Eventually(func(g Gomega) {
 		cur := e.endpoint(g, ep)
 		cur.Spec.Exposure = nil
 		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), &networkingv1.Ingress{}))).To(BeTrue())
+		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ep.Namespace, resources.ExposureName(ep)), exposed))).To(BeTrue())
 		cur := e.endpoint(g, ep)
-		g.Expect(cur.Status.URL).To(HavePrefix("http://ing-receiver."))
+		g.Expect(cur.Status.URL).To(HavePrefix(urlPrefix))
 		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)).To(BeNil())
 		g.Expect(condition(cur, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
@@ -681,15 +690,5 @@ func (e *env) testHTTPRoute(t *testing.T) {
 	g.Expect(condition(cur, v1alpha1.ConditionExposed).Reason).To(Equal(controllers.ReasonAccepted))
 
 	// Removing the exposure removes the route.
-	g.Eventually(func(g Gomega) {
-		cur := e.endpoint(g, ep)
-		cur.Spec.Exposure = nil
-		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ExposureName(ep)), &gatewayv1.HTTPRoute{}))).To(BeTrue())
-		cur := e.endpoint(g, ep)
-		g.Expect(cur.Status.URL).To(HavePrefix("http://route-receiver."))
-		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionExposed)).To(BeNil())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	e.removeExposure(t, ep, &gatewayv1.HTTPRoute{}, "http://route-receiver.")
 }

@@ -114,46 +114,8 @@ func TestPoolDefaultsMatchTheAPIServer(t *testing.T) {
 // The CRD's validation markers cannot name the Go constants either: this test reads the
 // generated CRD and checks each limit Go validation repeats against its constant.
 func TestLimitsMatchTheCRD(t *testing.T) {
-	path := filepath.Join(testsupport.RepoRoot(t), "config", "crd", "bases", "hookkeeper.dev_webhookendpoints.yaml")
-	data, err := os.ReadFile(path) //nolint:gosec // a fixed path in the repository
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd struct {
-		Spec struct {
-			Versions []struct {
-				Schema struct {
-					OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
-				} `json:"schema"`
-			} `json:"versions"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
-	field := func(dotted string) map[string]any {
-		node := root["properties"].(map[string]any)["spec"].(map[string]any)
-		for p := range strings.SplitSeq(dotted, ".") {
-			props, _ := node["properties"].(map[string]any)
-			next, ok := props[p].(map[string]any)
-			if !ok {
-				t.Fatalf("the CRD has no spec.%s", dotted)
-			}
-			node = next
-		}
-		return node
-	}
-	num := func(v any) any {
-		if f, ok := v.(float64); ok {
-			return int64(f)
-		}
-		return v
-	}
-	limits := []struct {
-		field, keyword string
-		want           any
-	}{
+	field := crdSpec(t, "hookkeeper.dev_webhookendpoints.yaml")
+	checkLimits(t, field, []crdLimit{
 		{"signingSecrets", "minItems", int64(v1alpha1.MinSigningSecrets)},
 		{"signingSecrets", "maxItems", int64(v1alpha1.MaxSigningSecrets)},
 		{"database.schema", "pattern", v1alpha1.SchemaPattern},
@@ -176,12 +138,7 @@ func TestLimitsMatchTheCRD(t *testing.T) {
 		{"receiver.maxInFlight", "minimum", int64(v1alpha1.MinMaxInFlight)},
 		{"receiver.maxInFlight", "maximum", int64(v1alpha1.MaxMaxInFlight)},
 		{"monitoring.labels", "maxProperties", int64(v1alpha1.MaxMonitoringLabels)},
-	}
-	for _, l := range limits {
-		if got := num(field(l.field)[l.keyword]); got != l.want {
-			t.Errorf("spec.%s %s: the CRD says %v, the Go constant %v", l.field, l.keyword, got, l.want)
-		}
-	}
+	})
 
 	// Duration ranges are CEL rules; their bounds must be the constants.
 	hours := func(d time.Duration) string { return strings.TrimSuffix(d.String(), "0m0s") }
@@ -201,6 +158,63 @@ func TestLimitsMatchTheCRD(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("spec.%s: no CEL rule contains %q: %v", c.field, c.want, rules)
+		}
+	}
+}
+
+// crdSpec reads a generated CRD of config/crd/bases and returns a lookup of its spec's
+// schema by dotted field path ("database.maxConnections"); a missing field fails t.
+func crdSpec(t *testing.T, file string) func(dotted string) map[string]any {
+	t.Helper()
+	path := filepath.Join(testsupport.RepoRoot(t), "config", "crd", "bases", file)
+	data, err := os.ReadFile(path) //nolint:gosec // a fixed path in the repository
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Schema struct {
+					OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema["properties"].(map[string]any)["spec"].(map[string]any)
+	return func(dotted string) map[string]any {
+		t.Helper()
+		node := spec
+		for p := range strings.SplitSeq(dotted, ".") {
+			props, _ := node["properties"].(map[string]any)
+			next, ok := props[p].(map[string]any)
+			if !ok {
+				t.Fatalf("%s has no spec.%s", file, dotted)
+			}
+			node = next
+		}
+		return node
+	}
+}
+
+// crdLimit is one schema keyword of a spec field and the Go constant it must equal.
+type crdLimit struct {
+	field, keyword string
+	want           any
+}
+
+// checkLimits compares each limit with the CRD (JSON numbers as int64).
+func checkLimits(t *testing.T, field func(string) map[string]any, limits []crdLimit) {
+	t.Helper()
+	for _, l := range limits {
+		got := field(l.field)[l.keyword]
+		if f, ok := got.(float64); ok {
+			got = int64(f)
+		}
+		if got != l.want {
+			t.Errorf("spec.%s %s: the CRD says %v, the Go constant %v", l.field, l.keyword, got, l.want)
 		}
 	}
 }

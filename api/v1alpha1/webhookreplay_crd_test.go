@@ -2,8 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,12 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
-	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 func validReplay(name string) *v1alpha1.WebhookReplay {
@@ -174,55 +170,14 @@ func TestReplayLimitsMatchTheCRD(t *testing.T) {
 	if v1alpha1.MaxReplayReason != outbox.MaxDiscardReason {
 		t.Errorf("MaxReplayReason %d, outbox.MaxDiscardReason %d", v1alpha1.MaxReplayReason, outbox.MaxDiscardReason)
 	}
-	path := filepath.Join(testsupport.RepoRoot(t), "config", "crd", "bases", "hookkeeper.dev_webhookreplays.yaml")
-	data, err := os.ReadFile(path) //nolint:gosec // a fixed path in the repository
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd struct {
-		Spec struct {
-			Versions []struct {
-				Schema struct {
-					OpenAPIV3Schema map[string]any `json:"openAPIV3Schema"`
-				} `json:"schema"`
-			} `json:"versions"`
-		} `json:"spec"`
-	}
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema["properties"].(map[string]any)["spec"].(map[string]any)
-	field := func(dotted string) map[string]any {
-		node := spec
-		for p := range strings.SplitSeq(dotted, ".") {
-			next, ok := node["properties"].(map[string]any)[p].(map[string]any)
-			if !ok {
-				t.Fatalf("the CRD has no spec.%s", dotted)
-			}
-			node = next
-		}
-		return node
-	}
-	num := func(v any) any {
-		if f, ok := v.(float64); ok {
-			return int64(f)
-		}
-		return v
-	}
-	for _, l := range []struct {
-		field, keyword string
-		want           any
-	}{
+	field := crdSpec(t, "hookkeeper.dev_webhookreplays.yaml")
+	checkLimits(t, field, []crdLimit{
 		{"reason", "maxLength", int64(v1alpha1.MaxReplayReason)},
 		{"ids", "maxItems", int64(v1alpha1.MaxReplayIDs)},
 		{"entityKey", "maxLength", int64(v1alpha1.MaxReplayEntityKey)},
 		{"endpointRef.name", "maxLength", int64(v1alpha1.MaxEndpointRefName)},
 		{"action", "default", string(v1alpha1.DefaultReplayAction)},
-	} {
-		if got := num(field(l.field)[l.keyword]); got != l.want {
-			t.Errorf("spec.%s %s: the CRD says %v, the Go constant %v", l.field, l.keyword, got, l.want)
-		}
-	}
+	})
 	var enum []string
 	for _, v := range field("receipts.outcomes")["items"].(map[string]any)["enum"].([]any) {
 		enum = append(enum, v.(string))

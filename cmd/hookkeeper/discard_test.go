@@ -41,23 +41,13 @@ func TestDiscardFromCluster(t *testing.T) {
 	first := insertDeadLetter(t, dbURL, key, "evt-1")
 	insertDeadLetter(t, dbURL, key, "evt-2")
 	base := []string{"discard", "--kubeconfig", f.kubeconfig, "-n", f.ns, "orders-payments", "--database-url", dbURL, "--dead-letters"}
-	run := func(args ...string) (string, string, error) {
-		t.Helper()
-		return runCLI(t, append(append([]string{}, base...), args...)...)
-	}
+	run := cliWith(t, base...)
 
-	for name, tc := range map[string]struct {
-		args []string
-		want string
-	}{
+	expectRefused(t, map[string]refusal{
 		"no reason":       {append(append([]string{}, base...), "--id", itoa(int(first))), "a reason is required"},
 		"blank reason":    {append(append([]string{}, base...), "--reason", "  "), "a reason is required"},
 		"what to discard": {[]string{"discard", "--kubeconfig", f.kubeconfig, "orders-payments", "--database-url", dbURL, "--reason", "x"}, "--dead-letters is required"},
-	} {
-		if _, _, err := runCLI(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want %q", name, err, tc.want)
-		}
-	}
+	})
 	if recs := discardRecords(t, dbURL, key); len(recs) != 0 {
 		t.Fatalf("refused runs recorded %+v", recs)
 	}

@@ -29,22 +29,12 @@ func TestEraseFromCluster(t *testing.T) {
 		return testsupport.NewRows(conn, tables).Count(t, tables.Events, "payload IS NOT NULL")
 	}
 	base := []string{"erase", "--kubeconfig", f.kubeconfig, "-n", f.ns, "orders-payments", "--database-url", dbURL}
-	run := func(args ...string) (string, string, error) {
-		t.Helper()
-		return runCLI(t, append(append([]string{}, base...), args...)...)
-	}
+	run := cliWith(t, base...)
 
-	for name, tc := range map[string]struct {
-		args []string
-		want string
-	}{
-		"no entity": {[]string{"--reason", "GDPR 42"}, "entity key is empty"},
-		"no reason": {[]string{"--entity", "order-alice"}, "reason is empty"},
-	} {
-		if _, _, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want %q", name, err, tc.want)
-		}
-	}
+	expectRefused(t, map[string]refusal{
+		"no entity": {append(append([]string{}, base...), "--reason", "GDPR 42"), "entity key is empty"},
+		"no reason": {append(append([]string{}, base...), "--entity", "order-alice"), "reason is empty"},
+	})
 
 	out, _, err := run("--entity", "order-alice", "--reason", "GDPR 42", "--actor", "dpo@example.com", "--dry-run")
 	if err != nil || !strings.Contains(out, "would erase the payloads of 1 receipt(s)") || withPayload() != 3 {

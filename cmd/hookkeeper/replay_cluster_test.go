@@ -122,6 +122,30 @@ func (f *clusterFixture) writeKubeconfig(t *testing.T, impersonate string) strin
 
 // runCLI runs hookkeeper in-process and returns its stdout and stderr. Flags keep
 // their values between Execute calls, so the replay command's are reset afterwards.
+// cliWith returns a runner of the CLI whose arguments start with base.
+func cliWith(t *testing.T, base ...string) func(args ...string) (string, string, error) {
+	return func(args ...string) (string, string, error) {
+		t.Helper()
+		return runCLI(t, append(append([]string{}, base...), args...)...)
+	}
+}
+
+// refusal is a command line the CLI must refuse, and what its error says.
+type refusal struct {
+	args []string
+	want string
+}
+
+// expectRefused runs each named command line and wants it refused with its error.
+func expectRefused(t *testing.T, cases map[string]refusal) {
+	t.Helper()
+	for name, tc := range cases {
+		if _, _, err := runCLI(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+}
+
 func runCLI(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/internal/periodic"
 )
 
 // Parking's deadline
@@ -89,22 +91,10 @@ func (r *Recorder) ParkedStats(ctx context.Context) (n int64, oldest time.Durati
 // RunParking expires parked events and reports the parked backlog every interval until
 // ctx ends. Errors are reported through report's err and the loop goes on.
 func (r *Recorder) RunParking(ctx context.Context, interval time.Duration, report func(ParkingReport, error)) error {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		var rep ParkingReport
-		var err error
+	return periodic.Run(ctx, interval, func(ctx context.Context) (rep ParkingReport, err error) {
 		if rep.Expired, err = r.ExpireParked(ctx); err == nil {
 			rep.Parked, rep.OldestAge, err = r.ParkedStats(ctx)
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		report(rep, err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-	}
+		return rep, err
+	}, report)
 }

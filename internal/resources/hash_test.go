@@ -1,9 +1,6 @@
 package resources
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 func TestConfigHash(t *testing.T) {
@@ -59,7 +57,7 @@ func TestConfigHash(t *testing.T) {
 	}
 	// Keyed: without the per-install key the annotation is no digest anyone can
 	// recompute from guessed values.
-	if plain := unkeyedHash(8, configParts(r, base)...); h0 == plain {
+	if plain := testsupport.UnkeyedHash(8, configParts(r, base)...); h0 == plain {
 		t.Error("ConfigHash is the plain SHA-256 of its inputs: weak secrets can be guessed offline")
 	}
 	if ConfigHash([]byte("another-install-key-0123456789ab"), r, base) == h0 {
@@ -69,19 +67,6 @@ func TestConfigHash(t *testing.T) {
 
 // testKey stands for the per-install hash key.
 var testKey = []byte("0123456789abcdef0123456789abcdef")
-
-// unkeyedHash is SHA-256 over length-prefixed parts (n-byte big-endian lengths): what the
-// rollout hashes were before they were keyed.
-func unkeyedHash(n int, parts ...[]byte) string {
-	h := sha256.New()
-	for _, b := range parts {
-		l := make([]byte, 8)
-		binary.BigEndian.PutUint64(l, uint64(len(b)))
-		h.Write(l[8-n:])
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
 
 // configParts are ConfigHash's inputs in order.
 func configParts(r Rendered, values map[string][]byte) [][]byte {

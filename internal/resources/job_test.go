@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 func TestMigrationJob(t *testing.T) {
@@ -53,9 +54,9 @@ func TestMigrationJob(t *testing.T) {
 			t.Errorf("a new %s must run the migration again", name)
 		}
 	}
-	plain := unkeyedHash(4, []byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)),
+	plain := testsupport.UnkeyedHash(4, []byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)),
 		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key), []byte("postgres://a"))
-	if h == plain || h == unkeyedHash(8, []byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)),
+	if h == plain || h == testsupport.UnkeyedHash(8, []byte(ep.Spec.Database.Schema), []byte(image(ep.Spec.Receiver.Image, opts)),
 		[]byte(ep.Spec.Database.URLSecretRef.Name), []byte(ep.Spec.Database.URLSecretRef.Key), []byte("postgres://a")) {
 		t.Error("MigrationHash is the plain SHA-256 of its inputs: the database URL can be guessed offline")
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/periodic"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
@@ -220,20 +221,9 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, o Options) (Report, error) {
 // Run prunes now and then every Interval until ctx ends, handing each run's report (or
 // error: the next run tries again) to report.
 func Run(ctx context.Context, pool *pgxpool.Pool, o Options, report func(Report, error)) error {
-	ticker := time.NewTicker(o.interval())
-	defer ticker.Stop()
-	for {
-		rep, err := Prune(ctx, pool, o)
-		if ctx.Err() != nil {
-			return nil
-		}
-		report(rep, err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-	}
+	return periodic.Run(ctx, o.interval(), func(ctx context.Context) (Report, error) {
+		return Prune(ctx, pool, o)
+	}, report)
 }
 
 func pause(ctx context.Context, d time.Duration) error {
