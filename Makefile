@@ -41,6 +41,13 @@ IMAGE_FLAGS     = -root $(CURDIR) -version $(VERSION) -revision "$(REVISION)" -c
 
 export KUBEBUILDER_ASSETS := $(BIN)
 export HOOKKEEPER_BIN_DIR := $(BIN)
+# One set of compile flags for every go command make runs (build, vet, test, the demo and
+# the control plane): the Go build cache keys each compiled package by its flags, so a
+# package that hookkeeper, its tests and the control plane share (client-go, the API types,
+# gRPC, ...) compiles once instead of once per flag set. The control plane's module pins
+# the same versions as ours for the same reason (test/toolchain checks both).
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(GOFLAGS))
 
 .PHONY: all
 all: build
@@ -110,8 +117,8 @@ soak: ## Drive a receiver for SOAK_DURATION (30m) with retention pruning, printi
 
 .PHONY: build
 build: ## Build bin/hookkeeper and bin/hookkeeper-receiver.
-	@CGO_ENABLED=0 $(STEP) hookkeeper -- $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER) ./cmd/hookkeeper
-	@CGO_ENABLED=0 $(STEP) hookkeeper-receiver -- $(GO) build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER_RECEIVER) ./cmd/hookkeeper-receiver
+	@$(STEP) hookkeeper -- $(GO) build -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER) ./cmd/hookkeeper
+	@$(STEP) hookkeeper-receiver -- $(GO) build -ldflags "$(GO_LDFLAGS)" -o $(HOOKKEEPER_RECEIVER) ./cmd/hookkeeper-receiver
 
 .PHONY: run
 run: manifests generate ## Run the operator against the cluster in ~/.kube/config.

@@ -42,11 +42,14 @@ git clone -q "$repo" "$work/hookkeeper"
 # to the first demo table (either kind; - if none) and to the end or the stop.
 timed() {
   local target=$1 name=$2 stop=$3 log=$work/$2.log
-  local start=$SECONDS first="" demo="-" ready=false line pid t
+  local start=$SECONDS first="" demo="-" ready=false line pid t out
   : > "$log"
   coproc MAKE { cd "$work/hookkeeper" && exec setsid make "$target" 2>&1; }
   pid=$MAKE_PID
-  while IFS= read -r line <&"${MAKE[0]}"; do
+  # A copy of the coprocess's output: bash unsets MAKE when make exits, before its last
+  # lines are read (a `make test` that runs to its end).
+  exec {out}<&"${MAKE[0]}"
+  while IFS= read -r line <&"$out"; do
     t=$((SECONDS - start))
     [[ -z $first ]] && first=$t
     printf '%5ds %s\n' "$t" "$line" >> "$log"
@@ -59,6 +62,7 @@ timed() {
       fi
     fi
   done
+  exec {out}<&-
   t=$((SECONDS - start))
   wait "$pid" 2>/dev/null || true
   echo "$first $demo $t"
