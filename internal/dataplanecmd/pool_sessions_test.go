@@ -17,6 +17,10 @@ import (
 
 // backendSampler watches the sessions of one database from the server's
 // pg_stat_activity: which backends exist and when each started.
+// startSpread is how long after its start a pooled endpoint's periodic tasks may begin
+// (dataplanecmd's pooledStartSpread, the 10 s poll interval).
+const startSpread = 10 * time.Second
+
 type backendSampler struct {
 	t      *testing.T
 	admin  *pgx.Conn
@@ -71,6 +75,7 @@ func TestPoolQuietEndpointsOpenNoSessions(t *testing.T) {
 		name := fmt.Sprintf("quiet-%d", i)
 		vol.set(name, poolEndpoint{name: name, schema: "quiet", sinkURL: sink.URL}.manifest(), poolEnv(db, "whsec_"+name))
 	}
+	started := time.Now()
 	p := startPool(t, vol.dir, "--heartbeat-interval", "1500ms")
 	for i := range endpoints {
 		name := fmt.Sprintf("quiet-%d", i)
@@ -89,9 +94,14 @@ func TestPoolQuietEndpointsOpenNoSessions(t *testing.T) {
 	awaitDeliveries(endpoints)
 
 	watch := backendSampler{t: t, admin: connect(t, testsupport.ServerURL(t)), dbName: cfg.Database}
-	// Settled: the pool's tasks have all started (they start spread over 10 s) and the
-	// endpoints' own connections have idled out, so no session is younger than 3 s.
+	// Settled: the pool's tasks have all started (they start spread over the 10 s poll
+	// interval) and the endpoints' own connections have idled out, so no session is
+	// younger than 3 s. The retention pruner's first run, at its task's start, is one of
+	// them: it runs on the endpoint's own pool (one session a run, every 10 minutes).
 	testsupport.Eventually(t, time.Minute, 250*time.Millisecond, "no session younger than 3 s", func() error {
+		if since := time.Since(started); since < startSpread {
+			return fmt.Errorf("the pool's tasks start within %s of its start, %s ago", startSpread, since.Round(time.Millisecond))
+		}
 		for _, b := range watch.sample() {
 			if age := time.Since(b.started); age < 3*time.Second {
 				return fmt.Errorf("session %d opened %s ago", b.pid, age.Round(time.Millisecond))
