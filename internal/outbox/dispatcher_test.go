@@ -324,11 +324,7 @@ func TestOrderingNoneDoesNotSerialise(t *testing.T) {
 	db := newTestDB(t)
 	db.insert(t, outboxRow{Entity: "A", Seq: 0}, outboxRow{Entity: "A", Seq: 1}, outboxRow{Entity: "A", Seq: 2})
 	unstall := make(chan struct{})
-	var s *sink
-	s = newSink(t, func(arrival, int) int {
-		s.block(unstall)
-		return http.StatusOK
-	})
+	s := newBlockingSink(t, unstall)
 	opts := db.options(t, s.srv.URL)
 	opts.Ordering = v1alpha1.OrderingNone
 	start(t, db.pool, opts)
@@ -475,11 +471,7 @@ func TestShutdownReleasesLeases(t *testing.T) {
 	db := newTestDB(t)
 	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0}, outboxRow{Entity: "ord_1", Seq: 1})
 	unstall := make(chan struct{})
-	var s *sink
-	s = newSink(t, func(arrival, int) int {
-		s.block(unstall)
-		return http.StatusOK
-	})
+	s := newBlockingSink(t, unstall)
 	opts := db.options(t, s.srv.URL)
 	opts.ShutdownGrace = 300 * time.Millisecond
 	_, stop := start(t, db.pool, opts)

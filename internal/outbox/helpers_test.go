@@ -215,6 +215,17 @@ func (s *sink) block(ch <-chan struct{}) {
 	}
 }
 
+// newBlockingSink holds every request until unstall (or the sink's release) is closed,
+// then answers 200.
+func newBlockingSink(t *testing.T, unstall <-chan struct{}) *sink {
+	var s *sink
+	s = newSink(t, func(arrival, int) int {
+		s.block(unstall)
+		return http.StatusOK
+	})
+	return s
+}
+
 // testOptions are fast options for tests against sinkURL.
 func (db *testDB) options(t *testing.T, sinkURL string) Options {
 	return Options{
