@@ -27,6 +27,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/periodic"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -692,25 +693,19 @@ const heartbeatTimeout = 5 * time.Second
 // reads the database anyway, learns from it which pods serve which version and how.
 func (p *endpointPool) heartbeat(name string, u *endpointUnit, hash string) receiver.Task {
 	return receiver.Task{Name: taskHeartbeat, Run: func(ctx context.Context) error {
-		t := time.NewTicker(p.o.Heartbeat)
-		defer t.Stop()
 		failing := false
-		for {
-			err := p.beat(ctx, name, u, hash)
+		return periodic.Run(ctx, p.o.Heartbeat, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, p.beat(ctx, name, u, hash)
+		}, func(_ struct{}, err error) {
 			switch {
-			case err != nil && ctx.Err() == nil && !failing:
+			case err != nil && !failing:
 				u.log.Info("heartbeat not written; retrying every interval", "error", err.Error(), "interval", p.o.Heartbeat)
 				failing = true
 			case err == nil && failing:
 				u.log.Info("heartbeat written again")
 				failing = false
 			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-		}
+		})
 	}}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
+	"github.com/hookkeeper/hookkeeper/internal/periodic"
 )
 
 // Backlog is the state of one endpoint's outbox.
@@ -39,28 +40,19 @@ func readBacklog(ctx context.Context, db querier, query, endpoint string) (Backl
 // refreshGauges publishes the backlog gauges every GaugeInterval until ctx ends.
 func (d *Dispatcher) refreshGauges(ctx context.Context) {
 	log := d.opts.Logger.WithValues("endpoint", d.opts.Endpoint)
-	ticker := time.NewTicker(d.opts.GaugeInterval)
-	defer ticker.Stop()
-	for {
-		b, err := d.Backlog(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
+	ep := d.opts.Endpoint
+	_ = periodic.Run(ctx, d.opts.GaugeInterval, d.Backlog, func(b Backlog, err error) {
+		if err != nil {
 			log.Error(err, "reading the outbox backlog failed")
-		case err == nil:
-			ep := d.opts.Endpoint
-			metrics.OutboxBacklog.WithLabelValues(ep).Set(float64(b.Pending))
-			metrics.OutboxOldestAge.WithLabelValues(ep).Set(b.OldestPendingAge.Seconds())
-			metrics.OutboxDead.WithLabelValues(ep).Set(float64(b.Dead))
-			down := 0.0
-			if b.SinkDown {
-				down = 1
-			}
-			metrics.SinkDown.WithLabelValues(ep).Set(down)
-		}
-		select {
-		case <-ctx.Done():
 			return
-		case <-ticker.C:
 		}
-	}
+		metrics.OutboxBacklog.WithLabelValues(ep).Set(float64(b.Pending))
+		metrics.OutboxOldestAge.WithLabelValues(ep).Set(b.OldestPendingAge.Seconds())
+		metrics.OutboxDead.WithLabelValues(ep).Set(float64(b.Dead))
+		down := 0.0
+		if b.SinkDown {
+			down = 1
+		}
+		metrics.SinkDown.WithLabelValues(ep).Set(down)
+	})
 }

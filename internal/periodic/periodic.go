@@ -1,5 +1,7 @@
 // Package periodic runs the data plane's background work on a fixed interval: parking
-// expiry (internal/receipt) and retention pruning (internal/retention).
+// expiry (internal/receipt), retention pruning (internal/retention), the outbox's
+// backlog gauges (internal/outbox) and a receiver pool's heartbeats
+// (internal/dataplanecmd).
 package periodic
 
 import (

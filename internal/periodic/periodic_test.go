@@ -3,6 +3,7 @@ package periodic_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestRunReportsEachRunAndStopsWithTheContext(t *testing.T) {
 	if err := testsupport.Await(t, done, 10*time.Second, "Run to return after its context ended"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if want := []int{1, 0, 3}; len(got) != len(want) || got[0] != 1 || got[1] != 0 || got[2] != 3 {
+	if want := []int{1, 0, 3}; !slices.Equal(got, want) {
 		t.Fatalf("reported %v, want %v (the 4th run ended with the context)", got, want)
 	}
 	if errs[0] != nil || !errors.Is(errs[1], boom) || errs[2] != nil {
