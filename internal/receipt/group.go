@@ -347,6 +347,7 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		if replies[i].err == nil {
 			replies[i].res = plans[i].result()
 			results = append(results, replies[i].res)
+			r.recent.add(group[i].ev.ID)
 		}
 	}
 	r.afterCommit(results)

@@ -218,6 +218,7 @@ type Recorder struct {
 	deadlockRetries int
 	outboxWritten   func()
 	group           *grouper
+	recent          *recentEvents
 	parkFor         time.Duration
 }
 
@@ -228,6 +229,7 @@ func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recor
 	r := &Recorder{pool: pool, housekeeping: pool, ep: ep, key: ep.Key(), sql: s, mode: m,
 		deadlockRetries: 3, parkFor: ep.ParkFor()}
 	r.group = newGrouper(r, DefaultGroupCommit)
+	r.recent = newRecentEvents(DefaultRecentEvents)
 	for _, o := range opts {
 		o(r)
 	}
@@ -259,9 +261,19 @@ func (r *Recorder) Record(ctx context.Context, ev Event) (Result, error) {
 
 // RecordBatch records several events (an Adyen batch) in ONE transaction, in order:
 // either every item is stored and applied, or nothing is.
+//
+// A delivery whose every event this Recorder saw committed lately is answered as
+// duplicates at once, without the database (recent.go).
 func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, error) {
 	if len(evs) == 0 {
 		return nil, nil
+	}
+	if r.recent.hasAll(evs) {
+		results := make([]Result, len(evs))
+		for i := range results {
+			results[i].Duplicate = true
+		}
+		return results, nil
 	}
 	lives := make([]any, len(evs))
 	for i, ev := range evs {
@@ -331,6 +343,7 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 	results := make([]Result, len(evs))
 	for i, p := range plans {
 		results[i] = p.result()
+		r.recent.add(evs[i].ID)
 	}
 	r.afterCommit(results)
 	return results, nil

@@ -453,16 +453,28 @@ func TestRoundTrips(t *testing.T) {
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
 		 SELECT 'acme', 'txn-' || g, 'payment_pending', 100 FROM generate_series(1, 10) g`)
 	f.pool.Reset()
+	// another is a second replica's Recorder on the same database: it has not seen what
+	// f.rec committed, so copies of those reach the database.
+	another := NewRecorder(f.pool, f.ep)
 	for i := 1; i <= 2; i++ { // warm-up: prepare every statement
 		f.record(ev(fmt.Sprintf("warm-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i), 100, t0))
 		f.record(ev(fmt.Sprintf("warm-u-%d", i), "customer.created", "", 0, t0))
-		f.record(ev(fmt.Sprintf("warm-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i), 100, t0))
+		if r, err := another.Record(f.ctx, ev(fmt.Sprintf("warm-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i), 100, t0)); err != nil || !r.Duplicate {
+			t.Fatalf("warm-up copy: %+v, %v", r, err)
+		}
 		f.record(ev(fmt.Sprintf("warm-g-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i+5), 1, t0))
 	}
-	measure := func(name string, want int64, e Event, check func(Result) bool) {
+	measure := func(name string, want int64, e Event, check func(Result) bool, rec ...*Recorder) {
 		t.Helper()
 		before, dials := f.writes.Load(), f.dials.Load()
-		r := f.record(e)
+		recorder := f.rec
+		if len(rec) > 0 {
+			recorder = rec[0]
+		}
+		r, err := recorder.Record(f.ctx, e)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 		if !check(r) {
 			t.Fatalf("%s: result %+v", name, r)
 		}
@@ -477,7 +489,9 @@ func TestRoundTrips(t *testing.T) {
 	}
 	measure("applied", 2, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), func(r Result) bool { return r.Outcome == OutcomeApplied })
 	measure("guard_failed", 2, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), func(r Result) bool { return r.Outcome == OutcomeGuardFailed })
-	measure("duplicate", 2, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), func(r Result) bool { return r.Duplicate })
+	isDup := func(r Result) bool { return r.Duplicate }
+	measure("duplicate this recorder committed", 0, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), isDup)
+	measure("duplicate another replica committed", 2, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), isDup, another)
 	measure("unhandled", 1, ev("e3", "customer.created", "", 0, t0), func(r Result) bool { return r.Outcome == OutcomeUnhandled })
 }
 
