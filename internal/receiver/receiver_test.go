@@ -366,6 +366,17 @@ func TestStripeDeliveryIsRecordedOnceAndItsDuplicateAcknowledged(t *testing.T) {
 	if got := f.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the duplicate changed the tables: %v, before %v", got, want)
 	}
+	// The recorder answers that copy from its memory of committed events, after
+	// verification: a copy signed with another secret, or signed too long ago, is
+	// still refused.
+	for name, h := range map[string]http.Header{
+		"another secret": stripeHeader("whsec_someone_else", body),
+		"stale":          {"Content-Type": {"application/json"}, "Stripe-Signature": {demo.StripeSignature(stripeSecret, body, time.Now().Add(-time.Hour))}},
+	} {
+		if r := f.post("/hooks", body, h); r.code != http.StatusUnauthorized {
+			t.Errorf("copy of a committed event, %s: %d %q, want 401", name, r.code, r.body)
+		}
+	}
 
 	if n := f.requests("200", "applied"); n != 1 {
 		t.Errorf("requests{200,applied} = %v, want 1", n)
