@@ -1,11 +1,6 @@
 package provider
 
-import (
-	"time"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderClerk is Clerk, whose webhooks Svix delivers.
 const ProviderClerk v1alpha1.ProviderType = "Clerk"
@@ -13,14 +8,11 @@ const ProviderClerk v1alpha1.ProviderType = "Clerk"
 // Clerk sends its webhooks through Svix (Clerk docs, "Webhooks overview" and the
 // verifyWebhook() reference): the Standard Webhooks scheme under the svix-* header
 // names, HMAC-SHA256 over `{svix-id}.{svix-timestamp}.{body}`, base64 `v1,` entries in
-// svix-signature, and a `whsec_` signing secret. It is verified exactly as type
-// StandardWebhooks is (either header set, one set whole); only the presets differ.
+// svix-signature, and a `whsec_` signing secret.
+// It is verified and signed by svixDelivered; only the presets differ.
 func init() {
-	register(Provider{
+	register(svixDelivered(Provider{
 		Type: ProviderClerk,
-		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
-			return standardWebhooksVerifier(secrets, tolerance)
-		},
 		Preset: Preset{
 			// svix-id is signed and stays the same when Svix retries a message.
 			ID:        `signed.id`,
@@ -29,7 +21,6 @@ func init() {
 			// Clerk's timestamp is Unix milliseconds.
 			OccurredAt: `int(body.timestamp) / 1000`,
 		},
-		Sign:   standardWebhooksSigner("svix-id"),
 		Sample: clerkSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
@@ -38,7 +29,7 @@ func init() {
 			Key:       "the endpoint's signing secret, `whsec_…`",
 			Source:    "[Clerk](#clerk)",
 		},
-	})
+	}))
 }
 
 // clerkSample is an event whose svix-id is the event id.

@@ -1,11 +1,6 @@
 package provider
 
-import (
-	"time"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderResend is Resend, whose webhooks Svix delivers.
 const ProviderResend v1alpha1.ProviderType = "Resend"
@@ -13,14 +8,11 @@ const ProviderResend v1alpha1.ProviderType = "Resend"
 // Resend sends its webhooks through Svix (Resend docs, "Verify Webhooks Requests"): the
 // Standard Webhooks scheme under the svix-* header names, HMAC-SHA256 over
 // `{svix-id}.{svix-timestamp}.{body}`, base64 `v1,` entries in svix-signature, and the
-// webhook's `whsec_` signing secret. It is verified exactly as type StandardWebhooks is
-// (either header set, one set whole); only the presets differ.
+// webhook's `whsec_` signing secret.
+// It is verified and signed by svixDelivered; only the presets differ.
 func init() {
-	register(Provider{
+	register(svixDelivered(Provider{
 		Type: ProviderResend,
-		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
-			return standardWebhooksVerifier(secrets, tolerance)
-		},
 		Preset: Preset{
 			// svix-id is signed and stays the same when Svix retries a message.
 			ID:   `signed.id`,
@@ -29,7 +21,6 @@ func init() {
 			EntityKey:  `has(body.data.email_id) ? body.data.email_id : body.data.id`,
 			OccurredAt: `body.created_at`,
 		},
-		Sign:   standardWebhooksSigner("svix-id"),
 		Sample: resendSample,
 		Doc: Doc{
 			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
@@ -38,7 +29,7 @@ func init() {
 			Key:       "the webhook's signing secret, `whsec_…`",
 			Source:    "[Resend](#resend)",
 		},
-	})
+	}))
 }
 
 // resendSample is an event whose svix-id is the event id.

@@ -70,6 +70,17 @@ func standardWebhooksVerifier(secrets []signature.Secret, tolerance time.Duratio
 	return signature.AnyOf(verifiers...), nil
 }
 
+// svixDelivered completes p, a provider whose webhooks Svix delivers (Clerk, Resend): it
+// is verified exactly as type StandardWebhooks is (either header set, one set whole) and
+// signed under the svix-* header names; only its presets, sample and doc are its own.
+func svixDelivered(p Provider) Provider {
+	p.Verifier = func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+		return standardWebhooksVerifier(secrets, tolerance)
+	}
+	p.Sign = standardWebhooksSigner("svix-id")
+	return p
+}
+
 // standardWebhooksScheme is the scheme for one signature version; entries of other
 // versions lack its prefix and are skipped, as the specification asks.
 func standardWebhooksScheme(prefix string) signature.Scheme {
