@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -64,6 +65,8 @@ type Program struct {
 	Field  string
 	Source string
 	prg    cel.Program
+	// tracked: evaluations are metered against CostLimit (costMayExceedLimit).
+	tracked bool
 }
 
 // Compile parses and type-checks src for field. When allowed is not empty, the
@@ -95,11 +98,38 @@ func Compile(env *cel.Env, field, src string, allowed []*cel.Type, checkFields m
 	if err := checkSelections(checked, field, checkFields); err != nil {
 		return nil, err
 	}
-	prg, err := env.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
+	tracked := costMayExceedLimit(env, checked)
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if tracked {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	}
+	prg, err := env.Program(checked, opts...)
 	if err != nil {
 		return nil, Errorf(field, "%v", err)
 	}
-	return &Program{Field: field, Source: src, prg: prg}, nil
+	return &Program{Field: field, Source: src, prg: prg, tracked: tracked}, nil
+}
+
+// costMayExceedLimit tells whether the checked expression's cost has no static bound
+// within CostLimit, so that its evaluations must be metered. CEL's static estimate is an
+// upper bound of the runtime cost that the metering counts; a value whose size CEL
+// cannot know (anything from the payload or headers) counts as unbounded, so every
+// comprehension or size-dependent call over them stays metered, while field reads,
+// comparisons and arithmetic (what extraction expressions and most guards are) run
+// without the per-step cost callbacks.
+func costMayExceedLimit(env *cel.Env, checked *cel.Ast) bool {
+	est, err := env.EstimateCost(checked, unknownSizes{})
+	return err != nil || est.Max > CostLimit
+}
+
+// unknownSizes leaves every size and call cost to CEL's defaults: unknown sizes are
+// unbounded.
+type unknownSizes struct{}
+
+func (unknownSizes) EstimateSize(checker.AstNode) *checker.SizeEstimate { return nil }
+
+func (unknownSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 // Eval evaluates the program. The error names the field, never the variables' values.
