@@ -236,8 +236,12 @@ func (g *grouper) run(group []*groupMember, lockHeld func()) {
 
 // groupContext lives while any member's caller waits: the group is abandoned only when
 // nobody is left to acknowledge. Its deadline is the latest of the members', none if a
-// member has none.
+// member has none. A group of one runs under its member's own context, which is all of
+// that already.
 func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
+	if len(group) == 1 {
+		return group[0].ctx, func() {}
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
 	latest, bounded := group[0].ctx.Deadline()
 	for _, m := range group[1:] {
