@@ -133,3 +133,18 @@ func BenchmarkEvalFieldRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeJSON decodes a Stripe event of the bench's shape, as the receiver
+// decodes every verified body: go test ./internal/expr -bench DecodeJSON -benchmem
+func BenchmarkDecodeJSON(b *testing.B) {
+	body := []byte(`{"id":"evt_bench_1","object":"event","api_version":"2025-10-29.clover","created":1764650000,` +
+		`"type":"payment_intent.succeeded","livemode":false,"pending_webhooks":1,"data":{"object":{"id":"pi_evt_bench_1",` +
+		`"object":"payment_intent","amount":4999,"amount_received":4999,"currency":"inr","status":"succeeded",` +
+		`"metadata":{"client_txn_id":"rx-1"}}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeJSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -312,3 +312,23 @@ func TestGroupLoneDeliveryRunsOnTheCallersGoroutine(t *testing.T) {
 		t.Fatalf("after the lone delivery: %d leaders, %d queued; want the slot given back", g.leaders, len(g.queue))
 	}
 }
+
+// BenchmarkGroupContext is the context a group runs under, for a lone delivery and a
+// group of four: go test ./internal/receipt -run XXX -bench GroupContext -benchmem
+func BenchmarkGroupContext(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, n := range []int{1, 4} {
+		group := make([]*groupMember, n)
+		for i := range group {
+			group[i] = &groupMember{ctx: ctx}
+		}
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, stop := groupContext(group)
+				stop()
+			}
+		})
+	}
+}
