@@ -74,7 +74,7 @@ const (
 	pooledStartSpread = pooledPollInterval
 	// pooledRecentEvents: a pooled endpoint remembers fewer committed event ids than a
 	// receiver of its own (receipt.DefaultRecentEvents), so hundreds of busy endpoints in
-	// one pod stay within its memory: 0.2 MiB each when full.
+	// one pod stay within its memory: 0.25 MiB each when full.
 	pooledRecentEvents = 4096
 )
 

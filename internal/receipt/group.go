@@ -351,7 +351,9 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		if replies[i].err == nil {
 			replies[i].res = plans[i].result()
 			results = append(results, replies[i].res)
-			r.recent.add(group[i].ev.ID)
+			if !replies[i].res.Duplicate {
+				r.recent.add(group[i].ev.ID)
+			}
 		}
 	}
 	r.afterCommit(results)

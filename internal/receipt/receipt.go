@@ -233,6 +233,9 @@ func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recor
 	for _, o := range opts {
 		o(r)
 	}
+	if d := ep.Spec.Retention.DedupeFor; d != nil {
+		r.recent.forgetAfter(d.Duration)
+	}
 	return r
 }
 
@@ -343,7 +346,9 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 	results := make([]Result, len(evs))
 	for i, p := range plans {
 		results[i] = p.result()
-		r.recent.add(evs[i].ID)
+		if !results[i].Duplicate {
+			r.recent.add(evs[i].ID)
+		}
 	}
 	r.afterCommit(results)
 	return results, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -55,6 +56,52 @@ func TestCopiesOfCommittedEventsSkipTheDatabase(t *testing.T) {
 	}
 	if got := f.rows.Receipts(t); got != 3 {
 		t.Fatalf("receipts = %d, want 3", got)
+	}
+
+	// A copy the database found recorded (another replica wrote the receipt) is not
+	// remembered: this process does not know how old that receipt is.
+	other := ev("evt_4", "payment_intent.succeeded", "order-3", 100, t0)
+	if r, err := NewRecorder(f.pool, f.ep).Record(f.ctx, other); err != nil || r.Outcome != OutcomeIgnoredState {
+		t.Fatalf("another replica's delivery: %+v, %v", r, err)
+	}
+	for i := range 2 {
+		before := f.writes.Load()
+		if r := f.record(other); !r.Duplicate {
+			t.Fatalf("copy %d of another replica's event: %+v, want a duplicate", i, r)
+		}
+		if f.writes.Load() == before {
+			t.Fatalf("copy %d of another replica's event was answered without the database", i)
+		}
+	}
+}
+
+// TestRecentEventsForgetBeforeTheDedupeWindowEnds: an id is not answered for once it is
+// as old as retention's dedupeFor less recentMargin, when retention could have deleted
+// its receipt; with dedupeFor 0 (kept forever) it is remembered until crowded out.
+func TestRecentEventsForgetBeforeTheDedupeWindowEnds(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	s := newRecentEvents(8)
+	s.now = func() time.Time { return now }
+	s.forgetAfter(time.Hour)
+	s.add("evt_1")
+	known := func() bool { return s.hasAll([]Event{{ID: "evt_1"}}) }
+	now = now.Add(time.Hour - recentMargin - time.Second)
+	if !known() {
+		t.Fatal("forgotten before dedupeFor less the margin")
+	}
+	now = now.Add(time.Second)
+	if known() {
+		t.Fatal("remembered at dedupeFor less the margin")
+	}
+
+	forever := newRecentEvents(8)
+	forever.forgetAfter(0)
+	forever.now = func() time.Time { return now }
+	forever.add("evt_1")
+	now = now.Add(100 * 365 * 24 * time.Hour)
+	if !forever.hasAll([]Event{{ID: "evt_1"}}) {
+		t.Fatal("with dedupeFor 0 an id was forgotten by age")
 	}
 }
 
