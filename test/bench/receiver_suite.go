@@ -105,10 +105,10 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 			vegeta.Connections(maxWorkers), vegeta.KeepAlive(true), vegeta.Timeout(10*time.Second),
 			vegeta.Redirects(vegeta.NoFollow))
 	}
-	// closed keeps exactly `inFlight` requests in flight, as pgbench's clients do. A side
-	// with a prewarm first sends unmeasured load for that long, so that its connection
-	// pool is open when the clock starts.
-	closed := func(s *side, name string, inFlight int, d time.Duration) (phaseResult, error) {
+	// closedOnce runs one closed-loop slice: it keeps exactly `inFlight` requests in
+	// flight, as pgbench's clients do. A side with a prewarm first sends unmeasured load
+	// for that long, so that its connection pool is open when the clock starts.
+	closedOnce := func(s *side, name string, inFlight int, d time.Duration) (phaseResult, error) {
 		var warm *batch
 		if s.prewarm > 0 {
 			// Repeats only, of events sent in earlier phases (so made before b): they open
@@ -138,14 +138,27 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		res.cpu = use
 		res.unexpected += unexpected
 		s.load.settle(b)
-		if res.exhausted {
-			return phaseResult{}, fmt.Errorf("%s: %s ran out of pre-signed requests after %d; raise the batch size", s.name, name, res.requests)
-		}
 		s.rate = max(s.rate, res.rate())
+		if res.exhausted {
+			return phaseResult{}, fmt.Errorf("%s: %s %w after %d", s.name, name, errBatchRanOut, res.requests)
+		}
 		env.Log.Printf("%s: %s: %s", s.name, name, res)
 		return res, nil
 	}
 
+	// closed is closedOnce, again when the slice ran out of requests.
+	closed := func(s *side, name string, inFlight int, d time.Duration) (phaseResult, error) {
+		// A slice that runs faster than the fastest rate seen so far (the first level's
+		// cold warm-up) can run out of pre-signed requests: it runs again with a batch
+		// sized from the rate it reached.
+		for attempt := 1; ; attempt++ {
+			res, err := closedOnce(s, name, inFlight, d)
+			if err == nil || !errors.Is(err, errBatchRanOut) || attempt == 3 {
+				return res, err
+			}
+			env.Log.Printf("%v; again with a larger batch", err)
+		}
+	}
 	warmRx, err := closed(rx, "warm-up", env.Concurrency[0], warmup)
 	if err != nil {
 		return nil, err
@@ -412,6 +425,10 @@ func (p phaseResult) String() string {
 
 func (p phaseResult) acceptedPerSec() float64 { return float64(p.accepted) / p.elapsed.Seconds() }
 func (p phaseResult) rate() float64           { return float64(p.requests) / p.elapsed.Seconds() }
+
+// errBatchRanOut: a closed-loop slice sent every pre-signed request before its time was
+// up.
+var errBatchRanOut = errors.New("ran out of pre-signed requests")
 
 func attack(a *vegeta.Attacker, b *batch, rate vegeta.Rate, d time.Duration, name string) phaseResult {
 	var (
