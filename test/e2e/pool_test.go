@@ -296,11 +296,11 @@ var _ = Describe("a receiver pool", Ordered, func() {
 			for i := 0; trafficCtx.Err() == nil; i++ {
 				id := fmt.Sprintf("evt_%s_move_%d", run, i)
 				order := "move-order-" + id
-				if _, err := db.Exec(trafficCtx, `INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
+				// Under the spec's context, not trafficCtx: pgx closes a connection whose
+				// query is cancelled, and the checks below still need db after stop().
+				if _, err := db.Exec(ctx, `INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
 VALUES ('acme', $1, 'payment_pending', 100)`, order); err != nil {
-					if trafficCtx.Err() == nil {
-						errs <- err
-					}
+					errs <- err
 					return
 				}
 				body := demo.StripeEvent(id, "payment_intent.succeeded", order, 100, time.Now())
