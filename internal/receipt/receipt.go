@@ -234,7 +234,7 @@ func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recor
 		o(r)
 	}
 	if d := ep.Spec.Retention.DedupeFor; d != nil {
-		r.recent.forgetAfter(d.Duration)
+		r.recent = r.recent.forgetAfter(d.Duration)
 	}
 	return r
 }
@@ -265,8 +265,8 @@ func (r *Recorder) Record(ctx context.Context, ev Event) (Result, error) {
 // RecordBatch records several events (an Adyen batch) in ONE transaction, in order:
 // either every item is stored and applied, or nothing is.
 //
-// A delivery whose every event this Recorder saw committed lately is answered as
-// duplicates at once, without the database (recent.go).
+// A delivery whose every event this Recorder wrote the receipt of lately is answered
+// as duplicates at once, without the database (recent.go).
 func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, error) {
 	if len(evs) == 0 {
 		return nil, nil

@@ -30,7 +30,7 @@ import (
 // Keys are the first 16 bytes of SHA-256 of the event id: fixed size whatever the
 // provider's ids look like, and no two distinct ids share one in practice.
 
-// DefaultRecentEvents is how many committed event ids a Recorder remembers
+// DefaultRecentEvents is how many ids of receipts it wrote a Recorder remembers
 // (WithRecentEvents): 2.2 MiB of heap when full, grown only as events arrive.
 const DefaultRecentEvents = 32768
 
@@ -70,13 +70,18 @@ func newRecentEvents(max int) *recentEvents {
 	return &recentEvents{max: max, now: time.Now, set: map[eventKey]int64{}}
 }
 
-// forgetAfter sets how long an id is remembered at most: dedupeFor less recentMargin,
-// or no limit when dedupeFor is 0 (dedupe records kept forever).
-func (s *recentEvents) forgetAfter(dedupeFor time.Duration) {
-	if s == nil || dedupeFor <= 0 {
-		return
+// forgetAfter limits how long an id is remembered to dedupeFor less recentMargin; no
+// limit when dedupeFor is 0 (dedupe records kept forever). A window no longer than the
+// margin leaves nothing to remember: it returns nil.
+func (s *recentEvents) forgetAfter(dedupeFor time.Duration) *recentEvents {
+	switch {
+	case s == nil || dedupeFor <= 0:
+		return s
+	case dedupeFor <= recentMargin:
+		return nil
 	}
-	s.maxAge = max(dedupeFor-recentMargin, 0)
+	s.maxAge = dedupeFor - recentMargin
+	return s
 }
 
 // hasAll tells whether every event of evs was added, not longer than maxAge ago, and
@@ -85,15 +90,11 @@ func (s *recentEvents) hasAll(evs []Event) bool {
 	if s == nil || len(evs) == 0 {
 		return false
 	}
-	keys := make([]eventKey, len(evs))
-	for i := range evs {
-		keys[i] = keyOf(evs[i].ID)
-	}
 	now := s.now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range keys {
-		added, ok := s.set[k]
+	for i := range evs {
+		added, ok := s.set[keyOf(evs[i].ID)]
 		if !ok || (s.maxAge > 0 && time.Duration(now-added) >= s.maxAge) {
 			return false
 		}

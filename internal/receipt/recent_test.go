@@ -83,7 +83,7 @@ func TestRecentEventsForgetBeforeTheDedupeWindowEnds(t *testing.T) {
 	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	s := newRecentEvents(8)
 	s.now = func() time.Time { return now }
-	s.forgetAfter(time.Hour)
+	s = s.forgetAfter(time.Hour)
 	s.add("evt_1")
 	known := func() bool { return s.hasAll([]Event{{ID: "evt_1"}}) }
 	now = now.Add(time.Hour - recentMargin - time.Second)
@@ -95,13 +95,17 @@ func TestRecentEventsForgetBeforeTheDedupeWindowEnds(t *testing.T) {
 		t.Fatal("remembered at dedupeFor less the margin")
 	}
 
-	forever := newRecentEvents(8)
-	forever.forgetAfter(0)
+	forever := newRecentEvents(8).forgetAfter(0)
 	forever.now = func() time.Time { return now }
 	forever.add("evt_1")
 	now = now.Add(100 * 365 * 24 * time.Hour)
 	if !forever.hasAll([]Event{{ID: "evt_1"}}) {
 		t.Fatal("with dedupeFor 0 an id was forgotten by age")
+	}
+
+	// A window within the margin leaves nothing to remember (0 would mean no limit).
+	if newRecentEvents(8).forgetAfter(recentMargin) != nil {
+		t.Fatal("a dedupeFor of recentMargin kept the memory")
 	}
 }
 
