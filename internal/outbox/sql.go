@@ -80,8 +80,8 @@ type queries struct {
 
 func newQueries(tables store.Tables, ordering v1alpha1.Ordering) queries {
 	outboxTable := tables.Outbox
-	// Only the head of each entity's queue is a candidate under PerEntity: a row with an
-	// earlier undelivered, not dead row of the same entity is not claimable, and that
+	// Only the head of each entity's queue is a candidate under PerEntity: a row is
+	// claimable when it is the first undelivered, not dead row of its entity, and that
 	// earlier row stays so while it is leased. So two dispatchers (or one batch) never
 	// hold two rows of one entity, and the next row becomes claimable only after the
 	// previous one's result commits. SKIP LOCKED keeps concurrent claims from waiting
@@ -89,16 +89,19 @@ func newQueries(tables store.Tables, ordering v1alpha1.Ordering) queries {
 	// re-evaluation.
 	perEntity := ""
 	if ordering == v1alpha1.OrderingPerEntity {
-		// A scalar subquery with LIMIT stays a per-row subplan probing
-		// outbox_entity_pending_idx on (endpoint, entity_key, id). Written as NOT
-		// EXISTS, the planner turns it into an anti join, and on a table it has no
-		// statistics for yet (a burst into a new schema) it picked an unparameterised
-		// inner scan that read the whole backlog for every candidate row.
+		// "The entity's first pending row is this one", a scalar subquery in id order,
+		// stays a per-row probe of outbox_entity_pending_idx on (endpoint, entity_key,
+		// id): the only index that returns an entity's rows in id order, so the LIMIT 1
+		// reads one entry. Written as NOT EXISTS, the planner made it an anti join that
+		// read the whole backlog for every candidate on a table it had no statistics for
+		// yet; written as "no earlier pending row" (p.id < o.id), the generic plan made
+		// on a small table scanned the table (or all of outbox_due_idx) per candidate
+		// (TestPerEntityClaimProbesTheEntityIndex).
 		perEntity = fmt.Sprintf(`
 	  AND (SELECT p.id FROM %[1]s p
-	       WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key AND p.id < o.id
+	       WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key
 	         AND p.delivered_at IS NULL AND p.dead_at IS NULL
-	       LIMIT 1) IS NULL`, outboxTable)
+	       ORDER BY p.id LIMIT 1) = o.id`, outboxTable)
 	}
 	return queries{
 		// While the sink is down ($4 false) nothing is claimed: the uncorrelated
