@@ -167,23 +167,37 @@ func drain(ctx context.Context, pool *pgxpool.Pool, tables store.Tables, sink *n
 		}
 		defer stop()
 	}
+	// The wait asks outbox_due_idx whether any row is still due, so that it costs the
+	// database an index probe. Counting undelivered rows scanned the outbox, with its
+	// dead row versions, every 20 ms, on the cores and in the PostgreSQL CPU figure of
+	// the dispatcher being measured: 12.5 ms and 1,339 buffers a count, measured with
+	// pg_stat_statements.
+	anyDue := fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s
+WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL)`, tables.Outbox)
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		var pending int
-		if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE delivered_at IS NULL`, tables.Outbox)).Scan(&pending); err != nil {
-			return 0, 0, fmt.Errorf("count pending rows: %w", err)
+		var due bool
+		if err := pool.QueryRow(ctx, anyDue, dispatchEndpoint).Scan(&due); err != nil {
+			return 0, 0, fmt.Errorf("look for rows still due: %w", err)
 		}
-		if pending == 0 {
+		if !due {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("%d rows still pending after 5 minutes", pending)
+			return 0, 0, errors.New("rows still due after 5 minutes")
 		}
 		select {
 		case <-ctx.Done():
 			return 0, 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	var undelivered int
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE delivered_at IS NULL`, tables.Outbox)).Scan(&undelivered); err != nil {
+		return 0, 0, fmt.Errorf("count undelivered rows: %w", err)
+	}
+	if undelivered != 0 {
+		return 0, 0, fmt.Errorf("%d rows were not delivered (dead-lettered by the no-op sink?)", undelivered)
 	}
 	// The last 2xx, not the poll that noticed it, ends the run.
 	elapsed := time.Duration(sink.lastArrival.Load() - begin.UnixNano())
