@@ -6,19 +6,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // A new endpoint's tables start empty, and PostgreSQL plans a prepared statement once
-// for the connection (its generic plan) after five executions. Planned on a small
+// for the connection (its generic plan) after five executions. Planned on an empty
 // table, a point lookup is a sequential scan, and that plan stays until the table is
 // next analyzed: up to a minute of autovacuum's naptime, or longer when autovacuum lags.
-// Meanwhile every receipt would scan the whole table it is filling. The pools receivers
-// open turn sequential scans off (store.PlanOnIndexes), so the receipt statements are
-// planned on their indexes however small the tables are; this test fails without it.
+// Meanwhile every receipt would scan the whole table it is filling. The receipt
+// transaction turns sequential scans off for its own statements, so they are planned
+// on their indexes however small the table is; this test fails without it.
 func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -68,9 +68,13 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			})
 			before := seqScans(t, f, tc.tables)
 
-			// A pool as receivers open it, with one connection, so every statement is
-			// planned on it and its plans are reused.
-			pool, err := store.NewPool(f.ctx, f.url, store.PoolOptions{MaxConns: 1})
+			// One connection, so every statement is planned on it and its plans are reused.
+			cfg, err := pgxpool.ParseConfig(f.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 1
+			pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -78,7 +78,7 @@ func execStep(sql string, args pgx.NamedArgs) step {
 }
 
 // pipelinedTx is one receipt transaction on one connection. Statements are queued and
-// sent together: BEGIN rides with the first round trip (send) and COMMIT with the last
+// sent together: BEGIN (with indexesStep) rides with the first round trip (send) and COMMIT with the last
 // (inTx), so a transaction costs as many round trips as it has sends plus one.
 type pipelinedTx struct {
 	conn   *pgxpool.Conn
@@ -128,7 +128,18 @@ func execWriteStep(sql string, args pgx.NamedArgs) step {
 }
 
 var (
-	beginStep    = execStep("BEGIN ISOLATION LEVEL READ COMMITTED", nil)
+	beginStep = execStep("BEGIN ISOLATION LEVEL READ COMMITTED", nil)
+	// indexesStep plans the transaction's statements on their indexes, whatever the
+	// size of the tables when a statement is planned. PostgreSQL plans a prepared
+	// statement once per connection (its generic plan, from the sixth execution) and
+	// keeps that plan until the table is analyzed again. Planned while a new endpoint's
+	// tables hold a few hundred rows, a point lookup is a sequential scan, and every
+	// receipt would then scan the whole table it is filling, for as long as autovacuum
+	// takes to come back (a minute at least). Every statement here is an index probe by
+	// design; with no index to use (an app table without one on its key), PostgreSQL
+	// still scans. SET LOCAL ends with the transaction, so a connection shared through a
+	// pooler such as PgBouncer carries nothing over.
+	indexesStep  = execStep("SET LOCAL enable_seqscan = off", nil)
 	rollbackStep = execStep("ROLLBACK", nil)
 	commitStep   = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
@@ -159,7 +170,7 @@ func (r *Recorder) inTx(ctx context.Context, fn func(tx *pipelinedTx) error) (er
 		}
 		conn.Release()
 	}()
-	tx := &pipelinedTx{conn: conn, queued: []step{beginStep}}
+	tx := &pipelinedTx{conn: conn, queued: []step{beginStep, indexesStep}}
 	if err := fn(tx); err != nil {
 		return err
 	}

@@ -117,7 +117,6 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 	}
 	cfg.MinConns = 0
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	cfg.AfterConnect = PlanOnIndexes
 	if o.Gate != nil {
 		cfg.ConnConfig.Tracer = o.Gate
 	}
@@ -126,23 +125,6 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	return pool, nil
-}
-
-// PlanOnIndexes turns sequential scans off for the session (pgxpool's AfterConnect): every
-// statement hookkeeper runs on an endpoint's tables is an index probe or an index range by
-// design, and PostgreSQL plans a prepared statement once per connection (its generic
-// plan, from the sixth execution) and keeps the plan until the table is next analyzed.
-// Planned while a new endpoint's tables held a few hundred rows, a receipt's lookups,
-// the dispatcher's result update and its backlog gauges were sequential scans, and they
-// scanned the whole table, growing, on every call until autovacuum came back
-// (docs/benchmarks.md, "A new endpoint's first minute"). A table with no index to use
-// (an app table without one on its key) is still scanned. The setting lasts the session:
-// behind a pooler, use session pooling (docs/operations.md, "Database sizing").
-func PlanOnIndexes(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
-		return fmt.Errorf("plan on indexes: %w", err)
-	}
-	return nil
 }
 
 // Migrate brings schema up to SchemaVersion under a PostgreSQL advisory lock, so
