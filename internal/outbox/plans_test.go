@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
@@ -44,23 +46,16 @@ func TestPerEntityClaimProbesTheEntityIndex(t *testing.T) {
 	if _, err := conn.Conn().Prepare(ctx, "claim", claim); err != nil {
 		t.Fatalf("prepare the claim: %v", err)
 	}
-	defer func() { _, _ = conn.Exec(context.Background(), "DEALLOCATE claim") }()
+	defer func() { _ = conn.Conn().Deallocate(context.Background(), "claim") }()
 	// EXPLAIN takes no bind parameters: the endpoint is a literal.
 	literal := "'" + strings.ReplaceAll(testEndpoint, "'", "''") + "'"
 	res, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim("+literal+", 16, 1000, false)")
 	if err != nil {
 		t.Fatalf("explain the claim: %v", err)
 	}
-	var plan []string
-	for res.Next() {
-		var line string
-		if err := res.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := res.Err(); err != nil {
-		t.Fatal(err)
+	plan, err := pgx.CollectRows(res, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("read the plan: %v", err)
 	}
 	text := strings.Join(plan, "\n")
 	sub := strings.Index(text, "SubPlan")
