@@ -78,6 +78,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(pool.Close) // closed below already unless the test stops early
 			rec := NewRecorder(pool, f.ep)
 			record := func(id, key string) {
 				t.Helper()

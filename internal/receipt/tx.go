@@ -78,8 +78,9 @@ func execStep(sql string, args pgx.NamedArgs) step {
 }
 
 // pipelinedTx is one receipt transaction on one connection. Statements are queued and
-// sent together: BEGIN (with indexesStep) rides with the first round trip (send) and COMMIT with the last
-// (inTx), so a transaction costs as many round trips as it has sends plus one.
+// sent together: BEGIN (with indexesStep) rides with the first round trip (send) and
+// COMMIT with the last (inTx), so a transaction costs as many round trips as it has
+// sends plus one.
 type pipelinedTx struct {
 	conn   *pgxpool.Conn
 	queued []step
