@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/periodic"
 )
@@ -30,7 +32,9 @@ func (d *Dispatcher) Backlog(ctx context.Context) (Backlog, error) {
 func readBacklog(ctx context.Context, db querier, query, endpoint string) (Backlog, error) {
 	var b Backlog
 	var age float64
-	if err := db.QueryRow(ctx, query, endpoint).Scan(&b.Pending, &age, &b.Dead, &b.SinkDown); err != nil {
+	batch, backlog := onIndexes(query, endpoint)
+	backlog.QueryRow(func(r pgx.Row) error { return r.Scan(&b.Pending, &age, &b.Dead, &b.SinkDown) })
+	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return Backlog{}, fmt.Errorf("read outbox backlog: %w", err)
 	}
 	b.OldestPendingAge = time.Duration(age * float64(time.Second))

@@ -182,22 +182,37 @@ const asyncCommit = `set_config('synchronous_commit', 'off', true)`
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// onIndexes queues sql after store.PlanOnIndexes in one batch: one round trip, one
+// implicit transaction, so the setting holds for sql alone. The claim, the result
+// update and the backlog reading all read the outbox, whose delivered rows stay for a
+// week: a plan made while it was small and kept by the connection would scan it all
+// on every call. The caller reads sql's result through the returned query's callbacks
+// and sends the batch.
+func onIndexes(sql string, args ...any) (*pgx.Batch, *pgx.QueuedQuery) {
+	b := &pgx.Batch{}
+	b.Queue(store.PlanOnIndexes)
+	return b, b.Queue(sql, args...)
 }
 
 // claim leases up to limit due rows and returns them with their attempt numbers.
 // A probe claims while the sink is down.
 func (q queries) claimRows(ctx context.Context, db querier, endpoint string, limit int, lease time.Duration, probe bool) ([]row, error) {
-	rows, err := db.Query(ctx, q.claim, endpoint, limit, lease.Microseconds(), probe)
-	if err != nil {
-		return nil, fmt.Errorf("claim outbox rows: %w", err)
-	}
-	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-		var x row
-		err := r.Scan(&x.ID, &x.DedupeKey, &x.EntityKey, &x.EventType, &x.SourceEventID, &x.Payload,
-			&x.OccurredAt, &x.CreatedAt, &x.Attempt)
-		return x, err
+	var claimed []row
+	b, claim := onIndexes(q.claim, endpoint, limit, lease.Microseconds(), probe)
+	claim.Query(func(rows pgx.Rows) error {
+		var err error
+		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			err := r.Scan(&x.ID, &x.DedupeKey, &x.EntityKey, &x.EventType, &x.SourceEventID, &x.Payload,
+				&x.OccurredAt, &x.CreatedAt, &x.Attempt)
+			return x, err
+		})
+		return err
 	})
-	if err != nil {
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
 	return claimed, nil
@@ -230,10 +245,12 @@ func (q queries) recordResults(ctx context.Context, db querier, endpoint string,
 		ages     []float64
 		change   sinkChange
 	)
-	err := db.QueryRow(ctx, q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
-		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds()).
-		Scan(&accepted, &ages, &change.Down, &change.Opened, &change.Recovered)
-	if err != nil {
+	b, record := onIndexes(q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
+		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds())
+	record.QueryRow(func(r pgx.Row) error {
+		return r.Scan(&accepted, &ages, &change.Down, &change.Opened, &change.Recovered)
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, sinkChange{}, fmt.Errorf("record delivery results: %w", err)
 	}
 	out := make([]recorded, len(accepted))

@@ -3,9 +3,7 @@ package receipt
 import (
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -25,11 +23,11 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 		name   string
 		table  *v1alpha1.EntityTableSpec
 		setup  []string
-		entity func(exec execFunc, endpoint, key string)
+		entity func(exec testsupport.Exec, endpoint, key string)
 		tables []string
 	}{{
 		name: "managed entities",
-		entity: func(exec execFunc, endpoint, key string) {
+		entity: func(exec testsupport.Exec, endpoint, key string) {
 			exec(`INSERT INTO hk.entities (endpoint, entity_key, state, amount)
 				VALUES ($1, $2, 'payment_pending', 100)`, endpoint, key)
 		},
@@ -38,7 +36,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 		name:  "app table",
 		table: ordersBinding(),
 		setup: []string{ordersTable},
-		entity: func(exec execFunc, _, key string) {
+		entity: func(exec testsupport.Exec, _, key string) {
 			exec(`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
 				VALUES ('acme', $1, 'payment_pending', 100)`, key)
 		},
@@ -47,7 +45,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, tc.table))
-			settle(t, f, func(exec execFunc) {
+			testsupport.Settle(t, f.ctx, f.url, func(exec testsupport.Exec) {
 				for _, s := range tc.setup {
 					exec(s) // CREATE TABLE builds its indexes, and each build scans
 				}
@@ -66,7 +64,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 					exec("ANALYZE " + table)
 				}
 			})
-			before := seqScans(t, f, tc.tables)
+			before := testsupport.TableStats(t, f.ctx, f.pool, "seq_scan", tc.tables...)
 
 			// One connection, so every statement is planned on it and its plans are reused.
 			cfg, err := pgxpool.ParseConfig(f.url)
@@ -103,7 +101,9 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			}
 			pool.Close() // the backend reports its table statistics as it exits
 
-			after := waitForSeqScans(t, f, tc.tables, before)
+			// The 16 receipts it inserted are the signal that its figures have arrived.
+			testsupport.WaitForTableStat(t, f.ctx, f.url, "hk.webhook_events", "n_tup_ins", 20300+16)
+			after := testsupport.TableStats(t, f.ctx, f.pool, "seq_scan", tc.tables...)
 			for _, table := range tc.tables {
 				if n := after[table] - before[table]; n != 0 {
 					t.Errorf("%s: %d sequential scans by 16 receipts; every receipt statement must use an index", table, n)
@@ -113,43 +113,9 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 	}
 }
 
-// settle runs setup on a connection of its own and returns once that connection's table
-// statistics have arrived (a backend reports them as it exits, after its client has
-// gone), so that counters read afterwards do not move with them.
-func settle(t *testing.T, f *fixture, setup func(exec execFunc)) {
-	t.Helper()
-	conn, err := pgx.Connect(f.ctx, f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(f.ctx, sql, args...); err != nil {
-			t.Fatalf("exec %q: %v", sql, err)
-		}
-	}
-	setup(exec)
-	exec("CREATE TABLE public.settled (x int)")
-	exec("INSERT INTO public.settled VALUES (1)")
-	if err := conn.Close(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "the setup connection's table statistics", func() error {
-		var n int64
-		if err := f.pool.QueryRow(f.ctx, `SELECT COALESCE(n_tup_ins, 0) FROM pg_stat_user_tables
-			WHERE relid = 'public.settled'::regclass`).Scan(&n); err != nil {
-			return err
-		}
-		if n != 1 {
-			return fmt.Errorf("public.settled shows %d inserted rows, want 1", n)
-		}
-		return nil
-	})
-}
-
 // bulk writes receipts from..to (and their clocks and outbox rows) of applied events,
 // as earlier receipts would have.
-func bulk(exec execFunc, endpoint string, from, to int) {
+func bulk(exec testsupport.Exec, endpoint string, from, to int) {
 	exec(`INSERT INTO hk.webhook_events (endpoint, event_id, event_type, entity_key, payload, outcome)
 		SELECT $1, 'bulk-' || g, 'payment_intent.succeeded', 'bulk-' || g, '{}', 'applied'
 		FROM generate_series($2::int, $3::int) g`, endpoint, from, to)
@@ -162,39 +128,3 @@ func bulk(exec execFunc, endpoint string, from, to int) {
 		SELECT $1, 'bulk-' || g, 'paid' FROM generate_series($2::int, $3::int) g`, endpoint, from, to)
 }
 
-// execFunc runs one statement and fails the test when it fails.
-type execFunc func(sql string, args ...any)
-
-// seqScans reads the sequential scans counted on each table.
-func seqScans(t *testing.T, f *fixture, tables []string) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	for _, table := range tables {
-		var n int64
-		if err := f.pool.QueryRow(f.ctx, `SELECT COALESCE(seq_scan, 0) FROM pg_stat_user_tables
-			WHERE relid = $1::regclass`, table).Scan(&n); err != nil {
-			t.Fatalf("read the scans of %s: %v", table, err)
-		}
-		out[table] = n
-	}
-	return out
-}
-
-// waitForSeqScans reads the scan counters once the closed connection's statistics have
-// arrived: its backend reports them as it exits, after the client has gone. The 16
-// receipts it inserted into webhook_events are the signal.
-func waitForSeqScans(t *testing.T, f *fixture, tables []string, before map[string]int64) map[string]int64 {
-	t.Helper()
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "the closed connection's table statistics", func() error {
-		var inserted int64
-		if err := f.pool.QueryRow(f.ctx, `SELECT n_tup_ins FROM pg_stat_user_tables
-			WHERE relid = 'hk.webhook_events'::regclass`).Scan(&inserted); err != nil {
-			return err
-		}
-		if want := int64(20300 + 16); inserted < want {
-			return fmt.Errorf("webhook_events shows %d inserted rows, want %d", inserted, want)
-		}
-		return nil
-	})
-	return seqScans(t, f, tables)
-}

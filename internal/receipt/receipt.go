@@ -43,9 +43,9 @@
 // items costs at most n+1 round trips in one transaction: each item's receipt statement
 // rides in the same batch as the next item's lock. (The first execution of each
 // statement on a connection adds one round trip to prepare it; pgx caches the prepared
-// statements per connection.) BEGIN carries `SET LOCAL enable_seqscan = off` in the same
-// round trip, so those cached plans use the indexes even when they were made on nearly
-// empty tables (tx.go, indexesStep).
+// statements per connection.) BEGIN carries store.PlanOnIndexes in the same round trip,
+// so those cached plans use the indexes even when they were made on nearly empty tables
+// (tx.go, indexesStep).
 //
 // # Entities
 //

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // positional is a statement written with named arguments (@name), rewritten to
@@ -131,16 +133,8 @@ func execWriteStep(sql string, args pgx.NamedArgs) step {
 var (
 	beginStep = execStep("BEGIN ISOLATION LEVEL READ COMMITTED", nil)
 	// indexesStep plans the transaction's statements on their indexes, whatever the
-	// size of the tables when a statement is planned. PostgreSQL plans a prepared
-	// statement once per connection (its generic plan, from the sixth execution) and
-	// keeps that plan until the table is analyzed again. Planned while a new endpoint's
-	// tables hold a few hundred rows, a point lookup is a sequential scan, and every
-	// receipt would then scan the whole table it is filling, for as long as autovacuum
-	// takes to come back (a minute at least). Every statement here is an index probe by
-	// design; with no index to use (an app table without one on its key), PostgreSQL
-	// still scans. SET LOCAL ends with the transaction, so a connection shared through a
-	// pooler such as PgBouncer carries nothing over.
-	indexesStep  = execStep("SET LOCAL enable_seqscan = off", nil)
+	// size of the tables when a statement is planned (store.PlanOnIndexes says why).
+	indexesStep  = execStep(store.PlanOnIndexes, nil)
 	rollbackStep = execStep("ROLLBACK", nil)
 	commitStep   = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
 		tag, err := br.Exec()

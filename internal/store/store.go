@@ -127,6 +127,21 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 	return pool, nil
 }
 
+// PlanOnIndexes, sent first in a transaction (or in the implicit transaction of a
+// pipelined batch, which lasts until its Sync), turns sequential scans off for the rest
+// of that transaction only. PostgreSQL plans a prepared statement once per connection
+// (its generic plan, from the sixth execution) and keeps that plan until the table is
+// analyzed again. Planned while a new endpoint's tables hold a few hundred rows, a point
+// lookup or a join on the primary key is a sequential scan, and every call would then
+// scan the whole table it is filling (or, for the outbox, a week of delivered history)
+// for as long as autovacuum takes to come back: a minute at least (docs/benchmarks.md,
+// "A new endpoint's first minute"). Every statement of the receipt transaction and of
+// the dispatcher is an index probe or an index range by design; a table with no index
+// to use (an app table without one on its key) is still scanned. The setting never
+// outlives the transaction, so nothing carries over to a session shared through a
+// pooler such as PgBouncer, nor to anything else a pool runs.
+const PlanOnIndexes = "SELECT set_config('enable_seqscan', 'off', true)"
+
 // Migrate brings schema up to SchemaVersion under a PostgreSQL advisory lock, so
 // concurrent migration Jobs for endpoints sharing a database are safe. It returns the
 // version reached.
