@@ -127,4 +127,3 @@ func bulk(exec testsupport.Exec, endpoint string, from, to int) {
 	exec(`INSERT INTO hk.entities (endpoint, entity_key, state)
 		SELECT $1, 'bulk-' || g, 'paid' FROM generate_series($2::int, $3::int) g`, endpoint, from, to)
 }
-
