@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,15 +32,7 @@ import (
 // admission plugin (testsupport.StartEnvtest enables it). It runs after or before
 // TestWebhookEndpointController, never beside it: each test stops its manager.
 func TestInstalledRBAC(t *testing.T) {
-	cfg := testsupport.StartEnvtest(t)
-	scheme := runtime.NewScheme()
-	if err := controllers.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, scheme, k8s := startAPIServer(t)
 	e := &env{ctx: context.Background(), k8s: k8s, scheme: scheme}
 	t.Run("InstalledRoleRunsAnEndpoint", func(t *testing.T) { e.testInstalledRole(t, cfg) })
 	t.Run("WithoutFinalizersRuleOwnerReferencesAreForbidden", func(t *testing.T) { e.testWithoutFinalizers(t, cfg) })

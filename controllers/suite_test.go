@@ -135,10 +135,10 @@ func (c *recordingCache) GetInformerForKind(ctx context.Context, gvk schema.Grou
 // --monitoring-labels would set them.
 var testMonitoringLabels = map[string]string{"release": "kube-prometheus-stack", "tier": "ops"}
 
-func startEnv(t *testing.T) *env {
+// startAPIServer starts envtest's API server with the CRDs installed and returns its
+// config, a scheme with every kind the operator uses, and a client on both.
+func startAPIServer(t *testing.T) (*rest.Config, *runtime.Scheme, client.Client) {
 	t.Helper()
-	// Errors only: the reconciler's expected conflicts and retries are not news.
-	logf.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
 	cfg := testsupport.StartEnvtest(t)
 	scheme := runtime.NewScheme()
 	if err := controllers.AddToScheme(scheme); err != nil {
@@ -148,6 +148,14 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg, scheme, k8s
+}
+
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	// Errors only: the reconciler's expected conflicts and retries are not news.
+	logf.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
+	cfg, scheme, k8s := startAPIServer(t)
 	// The manager's cache and client options are the production ones; the cache is
 	// wrapped to record which kinds the manager reads and watches through it.
 	recorder := &cacheRecorder{}

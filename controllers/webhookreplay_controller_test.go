@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,19 +42,12 @@ type replayEnv struct {
 
 func newReplayEnv(t *testing.T) *replayEnv {
 	t.Helper()
-	cfg := testsupport.StartEnvtest(t)
-	scheme := runtime.NewScheme()
-	if err := controllers.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, scheme, k8s := startAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	e := &replayEnv{env: &env{ctx: ctx, k8s: k8s, scheme: scheme}, cfg: cfg, tables: store.TablesIn("hookkeeper"), top: t}
 	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
+	var err error
 	e.pool, err = pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/periodic"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // Backlog is the state of one endpoint's outbox.
@@ -32,7 +33,7 @@ func (d *Dispatcher) Backlog(ctx context.Context) (Backlog, error) {
 func readBacklog(ctx context.Context, db querier, query, endpoint string) (Backlog, error) {
 	var b Backlog
 	var age float64
-	batch, backlog := onIndexes(query, endpoint)
+	batch, backlog := store.OnIndexes(query, endpoint)
 	backlog.QueryRow(func(r pgx.Row) error { return r.Scan(&b.Pending, &age, &b.Dead, &b.SinkDown) })
 	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return Backlog{}, fmt.Errorf("read outbox backlog: %w", err)

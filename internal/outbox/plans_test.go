@@ -2,56 +2,100 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// PostgreSQL plans the claim once per connection (its generic plan) and keeps the plan
-// until the outbox is next analyzed. Planned on a small outbox, as a new endpoint's is,
-// the PerEntity check must still probe outbox_entity_pending_idx once per candidate:
-// scanning the table, or every entry of outbox_due_idx, per candidate makes a claim
-// cost the whole backlog times the batch (12 ms for 16 rows measured in make bench,
-// where this probe takes microseconds).
+// The PerEntity check must probe outbox_entity_pending_idx once per candidate, however
+// PostgreSQL estimated the outbox when it planned the claim: scanning the table, or every
+// entry of outbox_due_idx, per candidate makes a claim cost the whole backlog times the
+// batch. Two estimates led there:
+//   - a small analyzed outbox (a new endpoint's), where the claim's generic plan is kept
+//     by the connection until the next analyze (12 ms for 16 rows measured in make bench,
+//     where the probe takes microseconds);
+//   - an outbox never analyzed, where both indexes are estimated at one row and cost the
+//     same to a hundredth: with entity keys long enough to make the entity index a level
+//     deeper, the check read every pending row through outbox_due_idx and sorted them, for
+//     every candidate (30 to 60 ms a claim in make bench). store.PlanOnIndexes, sent with
+//     the claim, turns the sort off; this case fails without it.
 func TestPerEntityClaimProbesTheEntityIndex(t *testing.T) {
 	t.Parallel()
-	db := newTestDB(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var rows []outboxRow
-	for i := range 300 {
-		rows = append(rows, outboxRow{Entity: fmt.Sprintf("order-%d", i%20), Seq: i})
+	for _, tc := range []struct {
+		name    string
+		fill    string
+		analyze bool
+	}{{
+		name: "small analyzed outbox",
+		fill: `SELECT $1, 'evt-' || g, 'order-' || (g % 20), 'order.paid', 'evt-' || g, '{}'
+			FROM generate_series(1, 300) g`,
+		analyze: true,
+	}, {
+		name: "never analyzed outbox with long entity keys",
+		fill: `SELECT $1, 'evt-' || g, repeat('o', 120) || (g % 2000), 'order.paid', 'evt-' || g, '{}'
+			FROM generate_series(1, 20000) g ORDER BY random()`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := newTestDB(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			setup := []string{"ALTER TABLE " + db.tables.Outbox + " SET (autovacuum_enabled = false)",
+				"INSERT INTO " + db.tables.Outbox + " (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload) " + tc.fill}
+			if tc.analyze {
+				setup = append(setup, "ANALYZE "+db.tables.Outbox)
+			}
+			for _, sql := range setup {
+				args := []any{}
+				if strings.HasPrefix(sql, "INSERT") {
+					args = append(args, testEndpoint)
+				}
+				if _, err := db.pool.Exec(ctx, sql, args...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			plan := claimPlan(t, ctx, db)
+			sub := strings.Index(plan, "SubPlan")
+			if sub < 0 {
+				t.Fatalf("the claim has no per-candidate subplan:\n%s", plan)
+			}
+			if subplan := plan[sub:]; !strings.Contains(subplan, "outbox_entity_pending_idx") ||
+				strings.Contains(subplan, "Seq Scan") || strings.Contains(subplan, "outbox_due_idx") {
+				t.Errorf("the PerEntity check must probe outbox_entity_pending_idx; the claim's generic plan is:\n%s", plan)
+			}
+		})
 	}
-	db.insert(t, rows...)
-	if _, err := db.pool.Exec(ctx, "ANALYZE "+db.tables.Outbox); err != nil {
-		t.Fatal(err)
-	}
+}
 
-	conn, err := db.pool.Acquire(ctx)
+// claimPlan returns the generic plan of the PerEntity claim (the plan PostgreSQL reuses
+// for a connection from the sixth execution on), made as the dispatcher's claims are:
+// after store.PlanOnIndexes in the same transaction.
+func claimPlan(t *testing.T, ctx context.Context, db *testDB) string {
+	t.Helper()
+	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	// The plan PostgreSQL reuses for the connection from the sixth execution on.
-	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	for _, sql := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", store.PlanOnIndexes} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer func() { _, _ = conn.Exec(context.Background(), "RESET plan_cache_mode") }()
 	claim := newQueries(db.tables, v1alpha1.OrderingPerEntity).claim
-	if _, err := conn.Conn().Prepare(ctx, "claim", claim); err != nil {
+	if _, err := tx.Conn().Prepare(ctx, "claim", claim); err != nil {
 		t.Fatalf("prepare the claim: %v", err)
 	}
-	defer func() { _ = conn.Conn().Deallocate(context.Background(), "claim") }()
+	defer func() { _ = tx.Conn().Deallocate(context.Background(), "claim") }()
 	// EXPLAIN takes no bind parameters: the endpoint is a literal.
 	literal := "'" + strings.ReplaceAll(testEndpoint, "'", "''") + "'"
-	res, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim("+literal+", 16, 1000, false)")
+	res, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE claim("+literal+", 16, 1000, false)")
 	if err != nil {
 		t.Fatalf("explain the claim: %v", err)
 	}
@@ -59,15 +103,7 @@ func TestPerEntityClaimProbesTheEntityIndex(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the plan: %v", err)
 	}
-	text := strings.Join(plan, "\n")
-	sub := strings.Index(text, "SubPlan")
-	if sub < 0 {
-		t.Fatalf("the claim has no per-candidate subplan:\n%s", text)
-	}
-	if subplan := text[sub:]; !strings.Contains(subplan, "outbox_entity_pending_idx") ||
-		strings.Contains(subplan, "Seq Scan") || strings.Contains(subplan, "outbox_due_idx") {
-		t.Errorf("the PerEntity check must probe outbox_entity_pending_idx; the claim's generic plan is:\n%s", text)
-	}
+	return strings.Join(plan, "\n")
 }
 
 // The claim, the result update and the backlog reading must not scan the outbox however
@@ -75,7 +111,7 @@ func TestPerEntityClaimProbesTheEntityIndex(t *testing.T) {
 // and a plan made on a new endpoint's few hundred rows and kept by the connection would
 // scan all of them on every call. Planned on such an outbox, the result update was a
 // hash join over a sequential scan and the backlog reading scanned it twice; each runs
-// after store.PlanOnIndexes in its own round trip (onIndexes), and this test fails
+// after store.PlanOnIndexes in its own round trip (store.OnIndexes), and this test fails
 // without it.
 func TestDispatcherStatementsNeverScanTheOutbox(t *testing.T) {
 	t.Parallel()
@@ -96,22 +132,7 @@ func TestDispatcherStatementsNeverScanTheOutbox(t *testing.T) {
 	before := testsupport.TableStats(t, ctx, db.pool, "seq_scan", outbox)[outbox]
 	updated := testsupport.TableStats(t, ctx, db.pool, "n_tup_upd", outbox)[outbox]
 
-	// One connection that uses each statement's generic plan from its first execution,
-	// as PostgreSQL does from the sixth.
-	cfg, err := pgxpool.ParseConfig(db.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // closed below already unless the test stops early
+	pool := testsupport.GenericPlanPool(t, ctx, db.url)
 	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
 	const rounds = 3
 	for range rounds {

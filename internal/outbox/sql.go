@@ -185,23 +185,11 @@ type querier interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// onIndexes queues sql after store.PlanOnIndexes in one batch: one round trip, one
-// implicit transaction, so the setting holds for sql alone. The claim, the result
-// update and the backlog reading all read the outbox, whose delivered rows stay for a
-// week: a plan made while it was small and kept by the connection would scan it all
-// on every call. The caller reads sql's result through the returned query's callbacks
-// and sends the batch.
-func onIndexes(sql string, args ...any) (*pgx.Batch, *pgx.QueuedQuery) {
-	b := &pgx.Batch{}
-	b.Queue(store.PlanOnIndexes)
-	return b, b.Queue(sql, args...)
-}
-
 // claim leases up to limit due rows and returns them with their attempt numbers.
 // A probe claims while the sink is down.
 func (q queries) claimRows(ctx context.Context, db querier, endpoint string, limit int, lease time.Duration, probe bool) ([]row, error) {
 	var claimed []row
-	b, claim := onIndexes(q.claim, endpoint, limit, lease.Microseconds(), probe)
+	b, claim := store.OnIndexes(q.claim, endpoint, limit, lease.Microseconds(), probe)
 	claim.Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
@@ -245,7 +233,7 @@ func (q queries) recordResults(ctx context.Context, db querier, endpoint string,
 		ages     []float64
 		change   sinkChange
 	)
-	b, record := onIndexes(q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
+	b, record := store.OnIndexes(q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
 		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds())
 	record.QueryRow(func(r pgx.Row) error {
 		return r.Scan(&accepted, &ages, &change.Down, &change.Opened, &change.Recovered)

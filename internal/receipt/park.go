@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/internal/periodic"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // Parking's deadline
@@ -37,12 +38,13 @@ func (r *Recorder) ExpireParked(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := r.housekeeping.Query(ctx, q.sql, args...)
-	if err != nil {
-		return 0, fmt.Errorf("list expired parked events: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	var keys []string
+	b, list := store.OnIndexes(q.sql, args...)
+	list.Query(func(rows pgx.Rows) (err error) {
+		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err := r.housekeeping.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("list expired parked events: %w", err)
 	}
 	detail := fmt.Sprintf("parked for longer than stateMachine.parkFor (%s)", r.parkFor)
@@ -82,7 +84,9 @@ func (r *Recorder) ParkedStats(ctx context.Context) (n int64, oldest time.Durati
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := r.housekeeping.QueryRow(ctx, q.sql, args...).Scan(&n, &secs); err != nil {
+	b, count := store.OnIndexes(q.sql, args...)
+	count.QueryRow(func(row pgx.Row) error { return row.Scan(&n, &secs) })
+	if err := r.housekeeping.SendBatch(ctx, b).Close(); err != nil {
 		return 0, 0, fmt.Errorf("count parked events: %w", err)
 	}
 	return n, time.Duration(secs * float64(time.Second)), nil

@@ -28,6 +28,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -190,17 +191,23 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, o Options) (Report, error) {
 		args := pgx.NamedArgs{"endpoint": o.Endpoint, "cutoff": now.Add(-s.keep), "limit": o.batch()}
 		if s.before != "" {
 			var before int64
-			if err := conn.QueryRow(ctx, s.before, args).Scan(&before); err != nil {
+			b, first := store.OnIndexes(s.before, args)
+			first.QueryRow(func(row pgx.Row) error { return row.Scan(&before) })
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
 				return rep, fmt.Errorf("prune %s of %s: %w", s.what, o.Endpoint, err)
 			}
 			args["before"] = before
 		}
 		for {
-			tag, err := conn.Exec(ctx, s.prune, args)
-			if err != nil {
+			var n int64
+			b, prune := store.OnIndexes(s.prune, args)
+			prune.Exec(func(tag pgconn.CommandTag) error {
+				n = tag.RowsAffected()
+				return nil
+			})
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
 				return rep, fmt.Errorf("prune %s of %s: %w", s.what, o.Endpoint, err)
 			}
-			n := tag.RowsAffected()
 			*s.count += n
 			if n == 0 {
 				break

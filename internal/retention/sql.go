@@ -33,9 +33,7 @@ FROM batch WHERE e.id = batch.id`, t.Events),
 		// Ids grow with received_at, so the rows old enough to delete come before the
 		// first one that is not; bounding the batches by that id keeps the last batch
 		// from reading the young rest of the table through the primary key.
-		firstYoungReceipt: fmt.Sprintf(`
-SELECT COALESCE((SELECT id FROM %s WHERE endpoint = @endpoint AND received_at >= @cutoff ORDER BY id LIMIT 1),
-                9223372036854775807)`, t.Events),
+		firstYoungReceipt: firstYoung(t.Events, "received_at"),
 		pruneReceipts: fmt.Sprintf(`
 WITH batch AS (
   SELECT id FROM %[1]s
@@ -45,9 +43,7 @@ WITH batch AS (
 DELETE FROM %[1]s e USING batch WHERE e.id = batch.id`, t.Events),
 
 		// A row created after the cutoff cannot have been delivered before it.
-		firstYoungDelivery: fmt.Sprintf(`
-SELECT COALESCE((SELECT id FROM %s WHERE endpoint = @endpoint AND created_at >= @cutoff ORDER BY id LIMIT 1),
-                9223372036854775807)`, t.Outbox),
+		firstYoungDelivery: firstYoung(t.Outbox, "created_at"),
 		// Only delivered rows: pending, dead-lettered and discarded rows stay.
 		pruneDeliveries: fmt.Sprintf(`
 WITH batch AS (
@@ -57,4 +53,13 @@ WITH batch AS (
   FOR UPDATE SKIP LOCKED)
 DELETE FROM %[1]s o USING batch WHERE o.id = batch.id`, t.Outbox),
 	}
+}
+
+// firstYoung finds the endpoint's first row in table (by id) whose column is at or after
+// @cutoff: the bound of the batches of a prune ordered by id. Without one, the largest
+// bigint.
+func firstYoung(table, column string) string {
+	return fmt.Sprintf(`
+SELECT COALESCE((SELECT id FROM %s WHERE endpoint = @endpoint AND %s >= @cutoff ORDER BY id LIMIT 1),
+                9223372036854775807)`, table, column)
 }

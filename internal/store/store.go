@@ -128,19 +128,40 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 }
 
 // PlanOnIndexes, sent first in a transaction (or in the implicit transaction of a
-// pipelined batch, which lasts until its Sync), turns sequential scans off for the rest
-// of that transaction only. PostgreSQL plans a prepared statement once per connection
-// (its generic plan, from the sixth execution) and keeps that plan until the table is
-// analyzed again. Planned while a new endpoint's tables hold a few hundred rows, a point
-// lookup or a join on the primary key is a sequential scan, and every call would then
-// scan the whole table it is filling (or, for the outbox, a week of delivered history)
-// for as long as autovacuum takes to come back: a minute at least (docs/benchmarks.md,
-// "A new endpoint's first minute"). Every statement of the receipt transaction and of
-// the dispatcher is an index probe or an index range by design; a table with no index
-// to use (an app table without one on its key) is still scanned. The setting never
-// outlives the transaction, so nothing carries over to a session shared through a
-// pooler such as PgBouncer, nor to anything else a pool runs.
-const PlanOnIndexes = "SELECT set_config('enable_seqscan', 'off', true)"
+// pipelined batch, which lasts until its Sync), turns sequential scans and sorts off for
+// the rest of that transaction only. Every statement hookkeeper runs on an endpoint's
+// tables (the receipt transaction, the dispatcher, the parking sweep, retention) reads
+// its rows through an index, in the index's order, by design; PostgreSQL's estimates
+// are what can make it plan otherwise:
+//   - It plans a prepared statement once per connection (its generic plan, from the
+//     sixth execution) and keeps that plan until the table is analyzed again. Planned
+//     while a new endpoint's tables hold a few hundred rows, a point lookup or a join on
+//     the primary key is a sequential scan, and every call would then scan the whole
+//     table it is filling (or, for the outbox, a week of delivered history) for as long
+//     as autovacuum takes to come back: a minute at least.
+//   - On a table never analyzed it estimates one row for almost any condition, and two
+//     plans can cost the same to a hundredth: the dispatcher's "first pending row of
+//     this entity" was planned, in some runs, as every pending row of the endpoint
+//     through outbox_due_idx, sorted, once per candidate, where
+//     outbox_entity_pending_idx returns the entity's first row in one probe (a claim of
+//     16 rows took 30 to 60 ms instead of under one).
+//
+// docs/benchmarks.md, "A new endpoint's first minute", has the measurements. A table with
+// no index to use (an app table without one on its key) is still scanned, and a sort no
+// index can replace is still made. The settings never outlive the transaction, so
+// nothing carries over to a session shared through a pooler such as PgBouncer, nor to
+// anything else a pool runs.
+const PlanOnIndexes = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)"
+
+// OnIndexes queues sql after PlanOnIndexes in one batch: one round trip and one
+// implicit transaction, so the setting holds for sql alone. Read sql's result through
+// the returned query's callbacks (Query, QueryRow, Exec), then send the batch and close
+// its results.
+func OnIndexes(sql string, args ...any) (*pgx.Batch, *pgx.QueuedQuery) {
+	b := &pgx.Batch{}
+	b.Queue(PlanOnIndexes)
+	return b, b.Queue(sql, args...)
+}
 
 // Migrate brings schema up to SchemaVersion under a PostgreSQL advisory lock, so
 // concurrent migration Jobs for endpoints sharing a database are safe. It returns the

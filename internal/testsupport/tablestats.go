@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PostgreSQL counts each backend's table accesses (pg_stat_user_tables) in the backend
@@ -80,4 +81,28 @@ func TableStats(tb testing.TB, ctx context.Context, q Querier, column string, ta
 		out[table] = n
 	}
 	return out
+}
+
+// GenericPlanPool opens a pool of one connection to url that uses each statement's
+// generic plan from its first execution, as PostgreSQL does for a connection's prepared
+// statements from their sixth: plans are made once, on the tables as they are then, and
+// kept. The pool closes when the test ends; close it earlier to have its statistics
+// reported.
+func GenericPlanPool(tb testing.TB, ctx context.Context, url string) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
 }
