@@ -150,9 +150,7 @@ func (e *env) testLifecycle(t *testing.T) {
 	oldJob.Status = batchv1.JobStatus{}
 	g.Expect(e.k8s.Create(e.ctx, oldJob)).To(Succeed())
 	e.touch(t, ep)
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, "orders-migrate-v0"), &batchv1.Job{}))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.expectGone(g, key(ns, "orders-migrate-v0"), &batchv1.Job{})
 	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), &batchv1.Job{})).To(Succeed())
 
 	// A reconcile with nothing changed writes nothing.
@@ -162,22 +160,14 @@ func (e *env) testLifecycle(t *testing.T) {
 	g.Expect(e.resourceVersions(t, ep)).To(Equal(before))
 
 	// One replica: no PodDisruptionBudget.
-	g.Eventually(func(g Gomega) {
-		cur := e.endpoint(g, ep)
-		cur.Spec.Receiver.Replicas = ptr.To[int32](1)
-		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, name), &policyv1.PodDisruptionBudget{}))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.updateEndpoint(g, ep, func(cur *v1alpha1.WebhookEndpoint) { cur.Spec.Receiver.Replicas = ptr.To[int32](1) })
+	e.expectGone(g, key(ns, name), &policyv1.PodDisruptionBudget{})
 
 	// Deleting the endpoint: envtest runs no garbage collector, so the owner references
 	// checked above (controller, blockOwnerDeletion) are what makes the cluster's GC
 	// remove the owned objects. Here: the endpoint itself goes without a finalizer.
 	g.Expect(e.k8s.Delete(e.ctx, cur)).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(ep), &v1alpha1.WebhookEndpoint{}))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.expectGone(g, client.ObjectKeyFromObject(ep), &v1alpha1.WebhookEndpoint{})
 }
 
 // resourceVersions of the endpoint and every object it owns.
@@ -494,14 +484,8 @@ func (e *env) testNetworkPolicy(t *testing.T) {
 	g.Expect(np.Spec.Egress).To(HaveLen(3))
 	g.Expect(np.Spec.Egress[1].To[0].IPBlock.CIDR).To(Equal("10.0.0.0/24"))
 
-	g.Eventually(func(g Gomega) {
-		cur := e.endpoint(g, ep)
-		cur.Spec.NetworkPolicy.Enabled = ptr.To(false)
-		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &networkingv1.NetworkPolicy{}))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.updateEndpoint(g, ep, func(cur *v1alpha1.WebhookEndpoint) { cur.Spec.NetworkPolicy.Enabled = ptr.To(false) })
+	e.expectGone(g, key(ns, resources.ReceiverName(ep)), &networkingv1.NetworkPolicy{})
 }
 
 func (e *env) testIngress(t *testing.T) {
@@ -551,11 +535,7 @@ func (e *env) testIngress(t *testing.T) {
 func (e *env) removeExposure(t *testing.T, ep *v1alpha1.WebhookEndpoint, exposed client.Object, urlPrefix string) {
 	t.Helper()
 	g := NewWithT(t)
-	g.Eventually(func(g Gomega) {
-		cur := e.endpoint(g, ep)
-		cur.Spec.Exposure = nil
-		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	e.updateEndpoint(g, ep, func(cur *v1alpha1.WebhookEndpoint) { cur.Spec.Exposure = nil })
 	g.Eventually(func(g Gomega) {
 		g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ep.Namespace, resources.ExposureName(ep)), exposed))).To(BeTrue())
 		cur := e.endpoint(g, ep)
@@ -617,15 +597,9 @@ func (e *env) testMonitoring(t *testing.T) {
 	g.Expect(rvs()).To(Equal(before))
 
 	// Disabling the ServiceMonitor removes it.
-	g.Eventually(func(g Gomega) {
-		cur := e.endpoint(g, ep)
-		cur.Spec.Monitoring.ServiceMonitor.Enabled = ptr.To(false)
-		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	g.Eventually(func() bool {
-		obj := monitoringObject("ServiceMonitor", ns, resources.MonitoringName(ep))
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(obj), obj))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.updateEndpoint(g, ep, func(cur *v1alpha1.WebhookEndpoint) { cur.Spec.Monitoring.ServiceMonitor.Enabled = ptr.To(false) })
+	obj := monitoringObject("ServiceMonitor", ns, resources.MonitoringName(ep))
+	e.expectGone(g, client.ObjectKeyFromObject(obj), obj)
 }
 
 func (e *env) testHTTPRoute(t *testing.T) {
@@ -691,4 +665,20 @@ func (e *env) testHTTPRoute(t *testing.T) {
 
 	// Removing the exposure removes the route.
 	e.removeExposure(t, ep, &gatewayv1.HTTPRoute{}, "http://route-receiver.")
+}
+
+// expectGone waits until the object at k no longer exists; obj receives it meanwhile.
+func (e *env) expectGone(g Gomega, k client.ObjectKey, obj client.Object) {
+	g.Eventually(func() bool { return apierrors.IsNotFound(e.k8s.Get(e.ctx, k, obj)) }).
+		WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+}
+
+// updateEndpoint applies mutate to the endpoint as the API server has it now and
+// updates it, again on a conflict with the operator's own writes.
+func (e *env) updateEndpoint(g Gomega, ep *v1alpha1.WebhookEndpoint, mutate func(*v1alpha1.WebhookEndpoint)) {
+	g.Eventually(func(g Gomega) {
+		cur := e.endpoint(g, ep)
+		mutate(cur)
+		g.Expect(e.k8s.Update(e.ctx, cur)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }

@@ -229,9 +229,7 @@ func (e *env) testAutoscaling(t *testing.T) {
 	patch := client.MergeFrom(cur.DeepCopy())
 	cur.Spec.Receiver.Autoscaling = nil
 	g.Expect(e.k8s.Patch(e.ctx, cur, patch)).To(Succeed())
-	g.Eventually(func() bool {
-		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), &autoscalingv2.HorizontalPodAutoscaler{}))
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue())
+	e.expectGone(g, key(ns, resources.ReceiverName(ep)), &autoscalingv2.HorizontalPodAutoscaler{})
 
 	// A pooled endpoint cannot also autoscale on its own, nor be exposed (yet).
 	bad := pooled(ns, "both", "shared")
