@@ -105,6 +105,11 @@ func Deployment(ep *v1alpha1.WebhookEndpoint, opts Options) *appsv1.Deployment {
 	return EndpointReceivers(ep, opts).Deployment()
 }
 
+// objectMeta names every object of the receivers: Name in Namespace, with Labels.
+func (r Receivers) objectMeta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, Labels: r.Labels}
+}
+
 // Deployment is the receivers' Deployment. With Autoscaling its replicas are left
 // unset, so the HorizontalPodAutoscaler owns them and the operator never fights it.
 func (r Receivers) Deployment() *appsv1.Deployment {
@@ -132,10 +137,8 @@ func (r Receivers) Deployment() *appsv1.Deployment {
 	podSecurity := podSecurityContext()
 	podSecurity.FSGroup = r.FSGroup
 	return &appsv1.Deployment{
-		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: r.objectMeta(),
 		Spec: appsv1.DeploymentSpec{
 			Replicas:             replicas,
 			RevisionHistoryLimit: ptr.To[int32](3),

@@ -21,10 +21,8 @@ func ServiceAccount(ep *v1alpha1.WebhookEndpoint) *corev1.ServiceAccount {
 // server, so the token is not mounted.
 func (r Receivers) ServiceAccount() *corev1.ServiceAccount {
 	return &corev1.ServiceAccount{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
-		},
+		TypeMeta:                     metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta:                   r.objectMeta(),
 		AutomountServiceAccountToken: ptr.To(false),
 	}
 }
@@ -37,10 +35,8 @@ func Service(ep *v1alpha1.WebhookEndpoint) *corev1.Service {
 // Service fronts the receiver pods: webhooks on port 80 and metrics on the admin port.
 func (r Receivers) Service() *corev1.Service {
 	return &corev1.Service{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: r.objectMeta(),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: r.Selector,
@@ -81,10 +77,8 @@ func PodDisruptionBudget(ep *v1alpha1.WebhookEndpoint) *policyv1.PodDisruptionBu
 // PodDisruptionBudget lets voluntary disruptions take one receiver pod at a time.
 func (r Receivers) PodDisruptionBudget() *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
-		TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: r.objectMeta(),
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
 			Selector:       &metav1.LabelSelector{MatchLabels: r.Selector},
@@ -103,10 +97,8 @@ func (r Receivers) HorizontalPodAutoscaler() *autoscalingv2.HorizontalPodAutosca
 	a = a.DeepCopy()
 	a.Default()
 	return &autoscalingv2.HorizontalPodAutoscaler{
-		TypeMeta: metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: r.Name, Namespace: r.Namespace, Labels: r.Labels,
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"},
+		ObjectMeta: r.objectMeta(),
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: r.Name},
 			MinReplicas:    a.MinReplicas,
