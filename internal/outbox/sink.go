@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -183,11 +184,16 @@ func (d *Dispatcher) sinkChanged(ctx context.Context, c sinkChange) {
 		log.Info("the sink is down: deliveries are held and one probe at a time is sent, their attempts not counted",
 			"consecutiveFailures", d.opts.SinkDownAfter, "probeIntervalMax", d.opts.ProbeIntervalMax)
 	case c.Recovered:
-		tag, err := d.pool.Exec(ctx, d.sq.resume, d.opts.Endpoint)
-		if err != nil {
+		var madeDue int64
+		b, resume := store.OnIndexes(d.sq.resume, d.opts.Endpoint)
+		resume.Exec(func(tag pgconn.CommandTag) error {
+			madeDue = tag.RowsAffected()
+			return nil
+		})
+		if err := d.pool.SendBatch(ctx, b).Close(); err != nil {
 			log.Error(err, "the sink answers again; making held rows due failed (they are due after their backoff)")
 		} else {
-			log.Info("the sink answers again: delivery resumes", "rowsMadeDue", tag.RowsAffected())
+			log.Info("the sink answers again: delivery resumes", "rowsMadeDue", madeDue)
 		}
 		if err := Notify(ctx, d.pool, d.opts.Endpoint); err != nil {
 			log.Error(err, "waking the other dispatchers failed; they resume at their next poll")
