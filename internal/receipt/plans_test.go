@@ -10,14 +10,11 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// A new endpoint's tables start empty, and PostgreSQL plans a prepared statement once
-// for the connection (its generic plan) after five executions. Planned on an empty
-// table, a point lookup is a sequential scan, and that plan stays until the table is
-// next analyzed: up to a minute of autovacuum's naptime, or longer when autovacuum lags.
-// Meanwhile every receipt would scan the whole table it is filling. The receipt
-// transaction, and the parking sweep's statements, turn sequential scans off for
-// themselves (store.PlanOnIndexes), so they are planned on their indexes however small
-// the table is; this test fails without it.
+// The receipt transaction's statements, and the parking sweep's, must use their
+// indexes however small the tables were when the connection planned them
+// (store.PlanOnIndexes says why): the tables are analyzed at 300 rows, the connection
+// makes its generic plans, the tables grow by 20,000 rows without an analyze, and not
+// one sequential scan may follow. This test fails without PlanOnIndexes.
 func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -65,7 +62,6 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 					exec("ANALYZE " + table)
 				}
 			})
-			before := testsupport.TableStats(t, f.ctx, f.pool, "seq_scan", tc.tables...)
 
 			// One connection, so every statement is planned on it and its plans are reused.
 			cfg, err := pgxpool.ParseConfig(f.url)
@@ -95,26 +91,27 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 				}
 			}
 
-			// More than five executions of every statement: PostgreSQL makes its
-			// generic plan for the connection.
-			for i := range 8 {
-				key := fmt.Sprintf("first-%d", i)
-				record("evt-"+key, key)
-			}
-			// The tables grow by 20,000 receipts behind the receiver's back, with no
-			// analyze, as during a busy endpoint's first minute.
-			bulk(f.exec, f.ep.Key(), 301, 20300)
-			for i := range 8 {
-				key := fmt.Sprintf("later-%d", i)
-				record("evt-"+key, key)
-			}
-			pool.Close() // the backend reports its table statistics as it exits
-
-			// The 16 receipts it inserted are the signal that its figures have arrived.
-			testsupport.WaitForTableStat(t, f.ctx, f.url, "hk.webhook_events", "n_tup_ins", 20300+16)
-			after := testsupport.TableStats(t, f.ctx, f.pool, "seq_scan", tc.tables...)
+			// The 20,000 bulk rows and the 16 receipts are the signal that the figures
+			// of the closed connection have arrived.
+			grown := testsupport.Signal{Table: "hk.webhook_events", Column: "n_tup_ins", Grows: 20000 + 16}
+			scans := testsupport.SeqScansDuring(t, f.ctx, f.url, tc.tables, grown, func() {
+				// More than five executions of every statement: PostgreSQL makes its
+				// generic plan for the connection.
+				for i := range 8 {
+					key := fmt.Sprintf("first-%d", i)
+					record("evt-"+key, key)
+				}
+				// The tables grow by 20,000 receipts behind the receiver's back, with no
+				// analyze, as during a busy endpoint's first minute.
+				bulk(f.exec, f.ep.Key(), 301, 20300)
+				for i := range 8 {
+					key := fmt.Sprintf("later-%d", i)
+					record("evt-"+key, key)
+				}
+				pool.Close() // the backend reports its table statistics as it exits
+			})
 			for _, table := range tc.tables {
-				if n := after[table] - before[table]; n != 0 {
+				if n := scans[table]; n != 0 {
 					t.Errorf("%s: %d sequential scans by 16 receipts; every receipt statement must use an index", table, n)
 				}
 			}

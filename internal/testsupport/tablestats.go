@@ -45,13 +45,13 @@ func Settle(tb testing.TB, ctx context.Context, url string, setup func(exec Exec
 	if err := conn.Close(ctx); err != nil {
 		tb.Fatalf("close the setup connection: %v", err)
 	}
-	WaitForTableStat(tb, ctx, url, sentinel, "n_tup_ins", 1)
+	waitForTableStat(tb, ctx, url, sentinel, "n_tup_ins", 1)
 }
 
-// WaitForTableStat waits until column of table's row in pg_stat_user_tables (n_tup_ins,
+// waitForTableStat waits until column of table's row in pg_stat_user_tables (n_tup_ins,
 // n_tup_upd, ...) reaches at least want: the signal that a closed connection's figures
 // have arrived. It reads on a connection of its own to url.
-func WaitForTableStat(tb testing.TB, ctx context.Context, url, table, column string, want int64) {
+func waitForTableStat(tb testing.TB, ctx context.Context, url, table, column string, want int64) {
 	tb.Helper()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -60,16 +60,16 @@ func WaitForTableStat(tb testing.TB, ctx context.Context, url, table, column str
 	defer func() { _ = conn.Close(context.Background()) }()
 	what := fmt.Sprintf("%s.%s to reach %d in pg_stat_user_tables", table, column, want)
 	Eventually(tb, 30*time.Second, 50*time.Millisecond, what, func() error {
-		if n := TableStats(tb, ctx, conn, column, table)[table]; n < want {
+		if n := tableStats(tb, ctx, conn, column, table)[table]; n < want {
 			return fmt.Errorf("%s shows %s = %d", table, column, n)
 		}
 		return nil
 	})
 }
 
-// TableStats reads column of pg_stat_user_tables (seq_scan, n_tup_upd, ...) for each
+// tableStats reads column of pg_stat_user_tables (seq_scan, n_tup_upd, ...) for each
 // table, as counted so far.
-func TableStats(tb testing.TB, ctx context.Context, q Querier, column string, tables ...string) map[string]int64 {
+func tableStats(tb testing.TB, ctx context.Context, q Querier, column string, tables ...string) map[string]int64 {
 	tb.Helper()
 	out := map[string]int64{}
 	for _, table := range tables {
@@ -105,4 +105,32 @@ func GenericPlanPool(tb testing.TB, ctx context.Context, url string) *pgxpool.Po
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// Signal is a table statistic that grows by a known amount when the connections a test
+// measures report their figures: the rows they inserted, updated or deleted.
+type Signal struct {
+	Table, Column string
+	Grows         int64
+}
+
+// SeqScansDuring returns the sequential scans run made on each of tables. run must use
+// connections of its own and close them before it returns; their figures count once
+// signal has grown by its amount.
+func SeqScansDuring(tb testing.TB, ctx context.Context, url string, tables []string, signal Signal, run func()) map[string]int64 {
+	tb.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("connect to read table statistics: %v", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	before := tableStats(tb, ctx, conn, "seq_scan", tables...)
+	start := tableStats(tb, ctx, conn, signal.Column, signal.Table)[signal.Table]
+	run()
+	waitForTableStat(tb, ctx, url, signal.Table, signal.Column, start+signal.Grows)
+	scans := tableStats(tb, ctx, conn, "seq_scan", tables...)
+	for table := range scans {
+		scans[table] -= before[table]
+	}
+	return scans
 }
