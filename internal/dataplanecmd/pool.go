@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,7 +96,7 @@ func ServePool(ctx context.Context, o PoolOptions) error {
 	if err != nil {
 		return err
 	}
-	o.Log.Info("starting receiver pool", "version", version.Get().String(), "dir", o.Dir, "pool", o.Pool, "pod", o.Pod,
+	o.Log.Info("starting receiver pool", "version", version.Get().String(), "dir", o.Dir, "pool", o.Pool, "pod", o.Pod, "gomaxprocs", runtime.GOMAXPROCS(0),
 		"poll", p.o.Poll, "heartbeat", p.o.Heartbeat, "dispatcher", o.Dispatcher)
 	return srv.Run(ctx)
 }

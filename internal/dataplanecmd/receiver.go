@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"syscall"
@@ -253,7 +254,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	log.Info("starting receiver", "version", version.Get().String(), "provider", ep.Spec.Provider.Type, "path", ep.Spec.Receiver.Path,
-		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", u.maxInFlight)
+		"dispatcher", o.Dispatcher, "maxConnections", ep.Spec.Database.MaxConnections, "maxInFlight", u.maxInFlight, "gomaxprocs", runtime.GOMAXPROCS(0))
 	return srv.Run(ctx)
 }
 

@@ -3,12 +3,17 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -65,7 +70,7 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 			set(e.Name, expandVars(e.Value, values))
 			continue
 		}
-		value, ok, err := r.valueFrom(ctx, pod, e, podIP, hostIP)
+		value, ok, err := r.valueFrom(ctx, pod, c, e, podIP, hostIP)
 		if err != nil {
 			return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
@@ -86,7 +91,7 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 
 // valueFrom resolves one env source; ok is false when an optional source is absent or
 // the source is not supported here.
-func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, e corev1.EnvVar, podIP, hostIP string) (string, bool, error) {
+func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, e corev1.EnvVar, podIP, hostIP string) (string, bool, error) {
 	src := e.ValueFrom
 	switch {
 	case src.SecretKeyRef != nil:
@@ -133,13 +138,71 @@ func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, e corev1.En
 		}
 		return v, true, nil
 	case src.ResourceFieldRef != nil:
-		r.log.Info("resourceFieldRef is not supported by the dev node agent; the variable is left unset",
-			"pod", pod.Namespace+"/"+pod.Name, "env", e.Name, "resource", src.ResourceFieldRef.Resource)
-		return "", false, nil
+		v, err := resourceField(pod, c, src.ResourceFieldRef)
+		if err != nil {
+			return "", false, err
+		}
+		return v, true, nil
 	default:
 		r.log.Info("unsupported env source; the variable is left unset", "pod", pod.Namespace+"/"+pod.Name, "env", e.Name)
 		return "", false, nil
 	}
+}
+
+// resourceField implements the downward API's resourceFieldRef as the kubelet does: the
+// named container's (this one when unnamed) request or limit, divided by the divisor
+// (1 when unset) and rounded up. An unset limit is the machine's: its CPUs, or its
+// memory. An unset request is 0.
+func resourceField(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		i := slices.IndexFunc(pod.Spec.Containers, func(o corev1.Container) bool { return o.Name == ref.ContainerName })
+		if i < 0 {
+			return "", fmt.Errorf("resourceFieldRef: no container %q", ref.ContainerName)
+		}
+		c = &pod.Spec.Containers[i]
+	}
+	kind, name, ok := strings.Cut(ref.Resource, ".")
+	if !ok || (kind != "requests" && kind != "limits") {
+		return "", fmt.Errorf("resourceFieldRef: unsupported resource %q", ref.Resource)
+	}
+	list := c.Resources.Requests
+	if kind == "limits" {
+		list = c.Resources.Limits
+	}
+	q, set := list[corev1.ResourceName(name)]
+	if !set && kind == "limits" {
+		switch corev1.ResourceName(name) {
+		case corev1.ResourceCPU:
+			q = *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
+		case corev1.ResourceMemory:
+			q = *resource.NewQuantity(machineMemory(), resource.BinarySI)
+		}
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if corev1.ResourceName(name) == corev1.ResourceCPU {
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	}
+	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+}
+
+// machineMemory is the machine's memory in bytes (MemTotal), 0 when unreadable.
+func machineMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // podField implements the downward API's fieldRef paths.

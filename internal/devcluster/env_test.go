@@ -3,10 +3,16 @@ package devcluster
 import (
 	"net"
 	"net/netip"
+	"runtime"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
 func TestExpandVars(t *testing.T) {
@@ -141,5 +147,67 @@ func TestListeningSubnets(t *testing.T) {
 	}
 	if !busy[0] {
 		t.Fatalf("a listener on %s does not mark 127.0.0.0/24 taken: %v", l.Addr(), busy)
+	}
+}
+
+func TestResourceField(t *testing.T) {
+	// The receiver pods the operator builds: GOMAXPROCS comes from the CPU request.
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "hooks"}}
+	receiverPod := func(requests corev1.ResourceList) *corev1.Pod {
+		spec := resources.PoolReceivers(pool, resources.Options{Image: "hookkeeper:test"}).Deployment().Spec.Template.Spec
+		if requests != nil {
+			spec.Containers[0].Resources.Requests = requests
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "hooks"}, Spec: spec}
+	}
+	goMaxProcs := func(pod *corev1.Pod) *corev1.ResourceFieldSelector {
+		for _, e := range pod.Spec.Containers[0].Env {
+			if e.Name == "GOMAXPROCS" {
+				return e.ValueFrom.ResourceFieldRef
+			}
+		}
+		t.Fatal("the receiver container has no GOMAXPROCS")
+		return nil
+	}
+	withCPU := func(cpu string) *corev1.Pod {
+		return receiverPod(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)})
+	}
+	other := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}}}}}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		ref  *corev1.ResourceFieldSelector
+		want string
+	}{
+		{name: "the receiver's default request of 100m", pod: receiverPod(nil), want: "1"},
+		{name: "a request of exactly one CPU", pod: withCPU("1"), want: "1"},
+		{name: "a request of 2500m rounds up", pod: withCPU("2500m"), want: "3"},
+		{name: "no CPU request", pod: receiverPod(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("48Mi")}), want: "0"},
+		{name: "memory request in MiB", pod: other, ref: &corev1.ResourceFieldSelector{Resource: "requests.memory", Divisor: resource.MustParse("1Mi")}, want: "48"},
+		{name: "memory limit in bytes", pod: other, ref: &corev1.ResourceFieldSelector{Resource: "limits.memory"}, want: "134217728"},
+		{name: "an unset CPU limit is the machine's", pod: other, ref: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}, want: strconv.Itoa(runtime.NumCPU())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := tc.ref
+			if ref == nil {
+				ref = goMaxProcs(tc.pod)
+			}
+			got, err := resourceField(tc.pod, &tc.pod.Spec.Containers[0], ref)
+			if err != nil || got != tc.want {
+				t.Errorf("resourceField(%+v) = %q, %v; want %q", ref, got, err, tc.want)
+			}
+		})
+	}
+	for _, ref := range []*corev1.ResourceFieldSelector{
+		{Resource: "requests.cpu", ContainerName: "missing"},
+		{Resource: "cpu"},
+		{Resource: "status.cpu"},
+	} {
+		if got, err := resourceField(other, &other.Spec.Containers[0], ref); err == nil {
+			t.Errorf("resourceField(%+v) = %q, want an error", ref, got)
+		}
 	}
 }

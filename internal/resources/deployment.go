@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -192,7 +193,7 @@ func (r Receivers) Deployment() *appsv1.Deployment {
 							{Name: PortNameHTTP, ContainerPort: config.WebhookPort, Protocol: corev1.ProtocolTCP},
 							{Name: PortNameMetrics, ContainerPort: config.AdminPort, Protocol: corev1.ProtocolTCP},
 						},
-						Env:             r.Env,
+						Env:             append([]corev1.EnvVar{goMaxProcs()}, r.Env...),
 						Resources:       r.Resources,
 						ReadinessProbe:  probe("/readyz", 3),
 						LivenessProbe:   probe("/healthz", 6),
@@ -204,6 +205,24 @@ func (r Receivers) Deployment() *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// goMaxProcs sizes the receiver's Go scheduler to the CPU its pod requests, rounded up
+// (the downward API rounds CPU up to the divisor): one processor for the default 100m.
+// Go's own default is the node's cores (it follows a CPU limit, receivers have none), and
+// a receiver keeps few of them busy: with more processors than work, idle ones spin and
+// wake each other through futexes between requests. make bench measured the receiver
+// process at 1 to 8 requests in flight with GOMAXPROCS=1 against Go's default on 2
+// cores (docs/benchmarks.md, "The receiver's processors"). A request of 0 (none set)
+// gives "0", which Go ignores: its default applies.
+func goMaxProcs() corev1.EnvVar {
+	return corev1.EnvVar{Name: "GOMAXPROCS", ValueFrom: &corev1.EnvVarSource{
+		ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: ContainerReceiver,
+			Resource:      "requests.cpu",
+			Divisor:       resource.MustParse("1"),
+		},
+	}}
 }
 
 // ReceiverDrainDelay is how long a terminating receiver keeps serving with /readyz

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -134,6 +135,7 @@ func TestDeployment(t *testing.T) {
 			if e := env[config.EnvPodIP]; e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
 				t.Errorf("POD_IP = %+v", e)
 			}
+			expectGoMaxProcs(t, env["GOMAXPROCS"])
 			if got := env[config.EnvSinkURL].Value; got != tc.wantSink {
 				t.Errorf("sink URL = %q, want %q", got, tc.wantSink)
 			}
@@ -153,4 +155,30 @@ func TestDeployment(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expectGoMaxProcs checks that GOMAXPROCS is the receiver container's CPU request in
+// whole CPUs (the kubelet rounds up), so Go runs one processor per requested core.
+func expectGoMaxProcs(t *testing.T, e corev1.EnvVar) {
+	t.Helper()
+	ref := e.ValueFrom
+	if ref == nil || ref.ResourceFieldRef == nil {
+		t.Fatalf("GOMAXPROCS = %+v, want the CPU request through resourceFieldRef", e)
+	}
+	if r := ref.ResourceFieldRef; r.ContainerName != ContainerReceiver || r.Resource != "requests.cpu" || r.Divisor.Cmp(resource.MustParse("1")) != 0 {
+		t.Errorf("GOMAXPROCS resourceFieldRef = %+v, want requests.cpu of %q in whole CPUs", r, ContainerReceiver)
+	}
+}
+
+func TestPoolDeploymentSizesGoMaxProcs(t *testing.T) {
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "hooks"}}
+	d := PoolReceivers(pool, Options{Image: "ghcr.io/hookkeeper/hookkeeper:test"}).Deployment()
+	env := map[string]corev1.EnvVar{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("env %s set twice", e.Name)
+		}
+		env[e.Name] = e
+	}
+	expectGoMaxProcs(t, env["GOMAXPROCS"])
 }

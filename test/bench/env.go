@@ -33,6 +33,10 @@ type Env struct {
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
 	ReceiverArgs []string
+	// ReceiverGoMaxProcs is the receiver's GOMAXPROCS, as the operator sets it in a
+	// receiver pod (the CPU request in whole CPUs: 1 for the default 100m); 0 leaves
+	// Go's default, the machine's cores.
+	ReceiverGoMaxProcs int
 	// Handwritten is the path of the built hand-written handler (test/bench/handwritten).
 	Handwritten string
 	// Chart is where the receiver suite writes its SVG chart; empty for none.
@@ -91,6 +95,9 @@ type Process struct {
 // StartHookkeeper runs the hookkeeper binary with args and env and waits until
 // adminAddr answers /readyz with 200.
 func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []string, args ...string) (*Process, error) {
+	if e.ReceiverGoMaxProcs > 0 {
+		env = append([]string{"GOMAXPROCS=" + strconv.Itoa(e.ReceiverGoMaxProcs)}, env...)
+	}
 	p, err := e.StartProcess(ctx, e.Hookkeeper, "http://"+adminAddr+"/readyz", env, args...)
 	if err != nil {
 		return nil, err
