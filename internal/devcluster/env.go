@@ -138,7 +138,7 @@ func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		return v, true, nil
 	case src.ResourceFieldRef != nil:
-		v, err := resourceField(pod, c, src.ResourceFieldRef)
+		v, err := ResourceField(&pod.Spec, c, src.ResourceFieldRef)
 		if err != nil {
 			return "", false, err
 		}
@@ -149,17 +149,17 @@ func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	}
 }
 
-// resourceField implements the downward API's resourceFieldRef as the kubelet does: the
-// named container's (this one when unnamed) request or limit, divided by the divisor
-// (1 when unset) and rounded up. An unset limit is the machine's: its CPUs, or its
-// memory. An unset request is 0.
-func resourceField(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+// ResourceField implements the downward API's resourceFieldRef as the kubelet does, for
+// container c of pod: the named container's (c when unnamed) request or limit, divided
+// by the divisor (1 when unset) and rounded up. An unset limit is this machine's: its
+// CPUs, or its memory. An unset request is 0.
+func ResourceField(pod *corev1.PodSpec, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
 	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		i := slices.IndexFunc(pod.Spec.Containers, func(o corev1.Container) bool { return o.Name == ref.ContainerName })
+		i := slices.IndexFunc(pod.Containers, func(o corev1.Container) bool { return o.Name == ref.ContainerName })
 		if i < 0 {
 			return "", fmt.Errorf("resourceFieldRef: no container %q", ref.ContainerName)
 		}
-		c = &pod.Spec.Containers[i]
+		c = &pod.Containers[i]
 	}
 	kind, name, ok := strings.Cut(ref.Resource, ".")
 	if !ok || (kind != "requests" && kind != "limits") {

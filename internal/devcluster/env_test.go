@@ -195,7 +195,7 @@ func TestResourceField(t *testing.T) {
 			if ref == nil {
 				ref = goMaxProcs(tc.pod)
 			}
-			got, err := resourceField(tc.pod, &tc.pod.Spec.Containers[0], ref)
+			got, err := ResourceField(&tc.pod.Spec, &tc.pod.Spec.Containers[0], ref)
 			if err != nil || got != tc.want {
 				t.Errorf("resourceField(%+v) = %q, %v; want %q", ref, got, err, tc.want)
 			}
@@ -206,7 +206,7 @@ func TestResourceField(t *testing.T) {
 		{Resource: "cpu"},
 		{Resource: "status.cpu"},
 	} {
-		if got, err := resourceField(other, &other.Spec.Containers[0], ref); err == nil {
+		if got, err := ResourceField(&other.Spec, &other.Spec.Containers[0], ref); err == nil {
 			t.Errorf("resourceField(%+v) = %q, want an error", ref, got)
 		}
 	}

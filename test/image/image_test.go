@@ -40,6 +40,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -129,6 +130,10 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("webhook: %d, want 200\n%s", status, p.logs(name))
 	}
+	// The pod's CPU request (100m, the default) reaches Go as GOMAXPROCS, rounded up.
+	if logs := p.logs(name); !strings.Contains(logs, `"gomaxprocs":1`) {
+		t.Errorf("the receiver did not start with GOMAXPROCS=1 (GOMAXPROCS env %q):\n%s", spec.env["GOMAXPROCS"], logs)
+	}
 	// A wrong signature is refused by the same container.
 	if status, err := demo.PostStripe(ctx, url, "whsec_wrong", body); err != nil || status != http.StatusUnauthorized && status != http.StatusBadRequest {
 		t.Errorf("webhook with a wrong secret: %d, %v; want 400 or 401", status, err)
@@ -190,7 +195,8 @@ func restricted() *corev1.SecurityContext {
 }
 
 // fromPod translates a container of the operator's pod spec: its args, its env with
-// Secret keys and the pod IP resolved as the kubelet would, emptyDir mounts as tmpfs.
+// Secret keys, the pod IP and resource fields (GOMAXPROCS) resolved as the kubelet
+// would, emptyDir mounts as tmpfs.
 func fromPod(t *testing.T, pod corev1.PodSpec, c corev1.Container, secrets map[string]map[string]string, podIP string) containerSpec {
 	t.Helper()
 	// Receiver and migration pods run the data-plane binary of the image, not its
@@ -213,6 +219,12 @@ func fromPod(t *testing.T, pod corev1.PodSpec, c corev1.Container, secrets map[s
 			s.env[e.Name] = v
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			s.env[e.Name] = podIP
+		case e.ValueFrom.ResourceFieldRef != nil:
+			v, err := devcluster.ResourceField(&pod, &c, e.ValueFrom.ResourceFieldRef)
+			if err != nil {
+				t.Fatalf("container %s: env %s: %v", c.Name, e.Name, err)
+			}
+			s.env[e.Name] = v
 		default:
 			t.Fatalf("container %s: env %s has a source the test cannot resolve", c.Name, e.Name)
 		}
