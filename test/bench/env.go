@@ -16,6 +16,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/resources"
 )
 
 // Env is what every suite shares: where PostgreSQL is, which binary to run, how hard
@@ -33,9 +38,8 @@ type Env struct {
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
 	ReceiverArgs []string
-	// ReceiverGoMaxProcs is the receiver's GOMAXPROCS, as the operator sets it in a
-	// receiver pod (the CPU request in whole CPUs: 1 for the default 100m); 0 leaves
-	// Go's default, the machine's cores.
+	// ReceiverGoMaxProcs is the receiver's GOMAXPROCS (podGoMaxProcs by default); 0
+	// leaves Go's default, the machine's cores.
 	ReceiverGoMaxProcs int
 	// Handwritten is the path of the built hand-written handler (test/bench/handwritten).
 	Handwritten string
@@ -205,4 +209,28 @@ func (p *Process) Stop() {
 		_ = p.cmd.Process.Kill()
 		p.exitErr = <-p.exited
 	}
+}
+
+// podGoMaxProcs is the GOMAXPROCS a receiver pod with the default resources gets: the
+// operator's own pod spec, its env resolved the kubelet's way (as the local cluster's
+// node agent does). 0 when the pod spec sets none.
+func podGoMaxProcs() int {
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "bench"}}
+	pod := resources.PoolReceivers(pool, resources.Options{}).Deployment().Spec.Template.Spec
+	c := &pod.Containers[0]
+	for _, e := range c.Env {
+		if e.Name != "GOMAXPROCS" || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
+			continue
+		}
+		v, err := devcluster.ResourceField(&pod, c, e.ValueFrom.ResourceFieldRef)
+		if err != nil {
+			panic(fmt.Sprintf("resolve the receiver pod's GOMAXPROCS: %v", err))
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			panic(fmt.Sprintf("the receiver pod's GOMAXPROCS %q: %v", v, err))
+		}
+		return n
+	}
+	return 0
 }

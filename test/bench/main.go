@@ -34,7 +34,7 @@ func main() {
 		concurrency = flag.String("concurrency", "1,4,8,16,32,64", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
-		goMaxProcs  = flag.Int("receiver-gomaxprocs", (receiverCPURequest+999)/1000, "GOMAXPROCS of the receiver, as the operator sets it in a receiver pod: the default CPU request, rounded up to whole CPUs; 0 for Go's default, the machine's cores")
+		goMaxProcs  = flag.Int("receiver-gomaxprocs", podGoMaxProcs(), "GOMAXPROCS of the receiver, as a receiver pod with the default resources gets it (its CPU request, rounded up to whole CPUs); 0 for Go's default, the machine's cores")
 		handwritten = flag.String("handwritten", "", "path of the built hand-written handler (./test/bench/handwritten); empty: go build it into a temporary directory")
 		chart       = flag.String("chart", "bin/bench.svg", "where the receiver suite writes its SVG chart; empty for none")
 		imageTool   = flag.String("image-tool", "bin/hookkeeper-image", "the image tool (make image builds it); the image suite asks it for the image's size")

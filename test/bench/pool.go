@@ -39,8 +39,7 @@ const poolIdleSettle = 5 * time.Second
 // poolMaxConnections is max_connections of the pool suite's own server.
 const poolMaxConnections = 1000
 
-// receiverCPURequest is the default CPU request of a receiver pod, in millicores; the
-// receiver's GOMAXPROCS in the suites is its whole CPUs, rounded up, as in the pod.
+// receiverCPURequest is the default CPU request of a receiver pod, in millicores.
 var receiverCPURequest = func() int {
 	q := resource.MustParse(resources.DefaultReceiverCPURequest)
 	return int(q.MilliValue())
