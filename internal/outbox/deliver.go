@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -169,11 +170,25 @@ func (d *Dispatcher) describe(a attempt) string {
 	default:
 		msg = err.Error()
 	}
-	msg = redactSink(msg, d.opts.SinkURL)
-	if len(msg) > maxErrorLen {
-		msg = msg[:maxErrorLen]
+	return truncateText(redactSink(msg, d.opts.SinkURL), maxErrorLen)
+}
+
+// truncateText makes msg storable in a text column and at most n bytes long. An error
+// can quote what a sink sent (a TLS certificate's names, for one), which may be any
+// UTF-8 or not UTF-8 at all: PostgreSQL refuses invalid UTF-8 and NUL in text, and a
+// refused last_error would fail the statement that records the whole batch, again on
+// every attempt. Invalid bytes and NULs become U+FFFD, and the cut falls between
+// characters.
+func truncateText(msg string, n int) string {
+	msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+	if len(msg) <= n {
+		return msg
 	}
-	return msg
+	cut := n
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
 }
 
 // redactSink replaces whatever of the sink URL an error message repeats (the URL, its

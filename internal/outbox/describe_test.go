@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // last_error never holds the sink's URL, host or address: not the address of a refused
@@ -49,6 +50,34 @@ func TestLastErrorNeverNamesTheSink(t *testing.T) {
 				if strings.Contains(got, leak) {
 					t.Errorf("last_error %q contains %q", got, leak)
 				}
+			}
+		})
+	}
+}
+
+// last_error is stored in a text column, which refuses invalid UTF-8 and NUL: an error
+// that quotes what a sink sent must still be storable, and cut between characters, or
+// the statement recording the whole batch fails on every attempt.
+func TestLastErrorIsStorableText(t *testing.T) {
+	d := &Dispatcher{opts: Options{SinkURL: "https://sink.example/events", Timeout: time.Second}}
+	// 199 ASCII bytes, then a 3-byte character across the 200-byte cut.
+	long := "tls: " + strings.Repeat("x", 194) + "€ and more"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"multi-byte character across the cut", errors.New(long), "tls: " + strings.Repeat("x", 194)},
+		{"invalid UTF-8", errors.New("bad \xff\xfe name"), "bad \uFFFD name"},
+		{"NUL", errors.New("bad \x00 name"), "bad \uFFFD name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := d.describe(attempt{sent: true, err: tc.err})
+			if got != tc.want {
+				t.Errorf("last_error = %q, want %q", got, tc.want)
+			}
+			if !utf8.ValidString(got) || strings.ContainsRune(got, 0) || len(got) > maxErrorLen {
+				t.Errorf("last_error %q is not storable text of at most %d bytes", got, maxErrorLen)
 			}
 		})
 	}
