@@ -247,7 +247,9 @@ func (v *SchemeVerifier) Open(req Request) (*Verified, error) {
 			tsName = name + " " + c.TimestampKey
 		}
 	} else {
-		candidates = v.parseList(sigValue)
+		if candidates, ferr = v.parseList(name, sigValue); ferr != nil {
+			return nil, ferr
+		}
 		if set.Timestamp != "" {
 			if timestamp, ferr = SingleHeader(req.Header, set.Timestamp); ferr != nil {
 				return nil, ferr
@@ -301,10 +303,23 @@ func (v *SchemeVerifier) Open(req Request) (*Verified, error) {
 	return verified, nil
 }
 
+// MaxSignatures is the most signatures of our form one header may list. Senders list
+// one per active secret, a few during a rotation; every candidate is checked against
+// every active key, and for Ed25519 each check hashes the whole body again, so an
+// unauthenticated header of hundreds of made-up signatures would cost seconds of CPU.
+// A header that lists more is refused as malformed, never truncated (the genuine
+// signature may come last).
+const MaxSignatures = 8
+
+// tooManySignatures is the refusal of a header that lists more than MaxSignatures.
+func tooManySignatures(name string) *Error {
+	return Fail(ReasonMalformedHeader, "%s lists more than %d signatures", name, MaxSignatures)
+}
+
 // parseList splits a list header into decoded candidates. Entries without the prefix,
 // that do not decode, or that have the wrong length are skipped: a header may list
 // signatures of other versions or algorithms next to ours.
-func (v *SchemeVerifier) parseList(value string) [][]byte {
+func (v *SchemeVerifier) parseList(name, value string) ([][]byte, *Error) {
 	entries := []string{value}
 	if v.scheme.Separator != "" {
 		entries = strings.Split(value, v.scheme.Separator)
@@ -316,10 +331,13 @@ func (v *SchemeVerifier) parseList(value string) [][]byte {
 			continue
 		}
 		if decoded, ok := DecodeSignature(v.scheme.Encoding, encoded, v.keys.SignatureSize()); ok {
+			if len(candidates) == MaxSignatures {
+				return nil, tooManySignatures(name)
+			}
 			candidates = append(candidates, decoded)
 		}
 	}
-	return candidates
+	return candidates, nil
 }
 
 // parseComposite reads key/value pairs. The timestamp pair, when the scheme has one,
@@ -346,6 +364,9 @@ func (v *SchemeVerifier) parseComposite(name, value string) ([][]byte, string, *
 			seen, timestamp = true, val
 		case key == c.SignatureKey:
 			if sig, ok := DecodeSignature(v.scheme.Encoding, val, v.keys.SignatureSize()); ok {
+				if len(candidates) == MaxSignatures {
+					return nil, "", tooManySignatures(name)
+				}
 				candidates = append(candidates, sig)
 			}
 		}

@@ -309,3 +309,79 @@ func TestSigningKeyNeverPrints(t *testing.T) {
 		t.Fatalf("a bad key: want an error without the value, got %v", err)
 	}
 }
+
+// A header may list at most MaxSignatures signatures of our form: each is checked
+// against every active key, and an Ed25519 check hashes the whole body again, so a
+// forger's header of hundreds of made-up entries would cost the receiver seconds of CPU
+// for nothing. Up to the cap the genuine signature verifies wherever it stands; beyond
+// it the header is refused as malformed before any key is tried, even when the genuine
+// signature is among the entries (a header is never truncated).
+func TestHeadersListAtMostMaxSignatures(t *testing.T) {
+	private := ed25519.NewKeyFromSeed([]byte("hookkeeper ed25519 unit test key"))
+	edKeys, err := NewEd25519Keyring(v1alpha1.PublicKeyWhpk,
+		[]Secret{{Value: "whpk_" + base64.StdEncoding.EncodeToString(private.Public().(ed25519.PublicKey))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edList, err := NewSchemeVerifier(Scheme{
+		HeaderSets: []HeaderSet{{Signature: "webhook-signature", Timestamp: "webhook-timestamp"}},
+		Separator:  " ", Prefix: "v1a,", Encoding: v1alpha1.EncodingBase64,
+		Template: MustTemplate("{timestamp}.{body}"),
+	}, edKeys, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	composite := hmacVerifier(t, Scheme{
+		HeaderSets: []HeaderSet{{Signature: "Paddle-Signature"}},
+		Composite:  &Composite{PairSeparator: ";", KeyValueSeparator: "=", TimestampKey: "ts", SignatureKey: "h1"},
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   MustTemplate("{timestamp}:{body}"),
+	}, "key")
+
+	body := []byte(`{"type":"order.paid"}`)
+	ts := "1767225600"
+	forgedEd := func(i int) string {
+		sig := make([]byte, ed25519.SignatureSize)
+		sig[0], sig[63] = byte(i), 0x0f // a canonical s: Verify cannot refuse it early
+		return "v1a," + base64.StdEncoding.EncodeToString(sig)
+	}
+	genuineEd := "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(private, []byte(ts+"."+string(body))))
+	forgedMAC := func(i int) string { return "h1=" + macHex("not the key", fmt.Sprint(i)) }
+	genuineMAC := "h1=" + macHex("key", ts+":"+string(body))
+
+	// entries is n-1 forgeries, then the genuine signature last.
+	entries := func(n int, forged func(int) string, genuine string) []string {
+		var e []string
+		for i := range n - 1 {
+			e = append(e, forged(i))
+		}
+		return append(e, genuine)
+	}
+	for _, tc := range []struct {
+		name string
+		n    int
+		want Reason
+	}{
+		{"at the cap, the genuine one last", MaxSignatures, ""},
+		{"one over the cap", MaxSignatures + 1, ReasonMalformedHeader},
+		{"a forger's flood", 690, ReasonMalformedHeader},
+	} {
+		t.Run("list "+tc.name, func(t *testing.T) {
+			req := Request{Header: http.Header{}, Body: body, Now: testNow}
+			req.Header.Set("webhook-timestamp", ts)
+			// Entries of another form do not count towards the cap.
+			list := append([]string{"v1,bm90IG91cnM=", "v2,x"}, entries(tc.n, forgedEd, genuineEd)...)
+			req.Header.Set("webhook-signature", strings.Join(list, " "))
+			if got := ReasonOf(edList.Verify(req)); got != tc.want {
+				t.Fatalf("reason %q, want %q", got, tc.want)
+			}
+		})
+		t.Run("composite "+tc.name, func(t *testing.T) {
+			header := "ts=" + ts + ";h2=zz;" + strings.Join(entries(tc.n, forgedMAC, genuineMAC), ";")
+			req := Request{Header: http.Header{"Paddle-Signature": {header}}, Body: body, Now: testNow}
+			if got := ReasonOf(composite.Verify(req)); got != tc.want {
+				t.Fatalf("reason %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
