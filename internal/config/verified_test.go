@@ -380,3 +380,41 @@ func TestExtractNeedsAVerifiedRequest(t *testing.T) {
 		}
 	}
 }
+
+// Adyen's item HMAC covers
+// pspReference, originalReference, merchantAccountCode, merchantReference, value,
+// currency, eventCode and success, not eventDate. A captured genuine item re-sent with
+// another eventDate (and without the HmacSignature header, so in the per-item form)
+// still verifies and has the same event id; the preset must not let that unsigned
+// field decide the time the event is ordered and judged stale by. Whichever copy
+// arrives first is recorded: an attacker's copy dated 1970 is then `stale` against any
+// entity with a clock, and the genuine retry is only a duplicate of it.
+func TestAdyenUnsignedEventDateDoesNotSteerOccurredAt(t *testing.T) {
+	x := extractorFor(t, v1alpha1.ProviderAdyen, v1alpha1.EventSpec{})
+	it := sigtest.AdyenItem{PSP: "PSP0001", Merchant: "M", Reference: "order-1", Value: 1000, Currency: "EUR",
+		EventCode: "AUTHORISATION", Success: "true"}
+	genuine := sigtest.AdyenBody(t, nil, it.JSON(t, "", map[string]any{"eventDate": "2026-03-01T12:00:00+00:00"}))
+	replayed := sigtest.AdyenBody(t, nil, it.JSON(t, "", map[string]any{"eventDate": "1970-01-01T00:00:00+00:00"}))
+
+	extract := func(body []byte) (id string, at string) {
+		t.Helper()
+		verified := open(t, v1alpha1.ProviderAdyen, body, http.Header{}, testNow)
+		evs, err := x.Extract(verified, http.Header{})
+		if err != nil {
+			t.Fatalf("extract: %v", err)
+		}
+		if evs[0].OccurredAt != nil {
+			at = evs[0].OccurredAt.String()
+		}
+		return evs[0].ID, at
+	}
+	gid, gat := extract(genuine)
+	rid, rat := extract(replayed)
+	if gid != rid {
+		t.Fatalf("ids differ: %q, %q", gid, rid)
+	}
+	if gat != rat {
+		t.Errorf("one signed Adyen item (id %s) yields occurredAt %s or %s depending on the unsigned eventDate: "+
+			"the time used for staleness and ordering is attacker-chosen for whichever copy arrives first", gid, gat, rat)
+	}
+}

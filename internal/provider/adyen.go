@@ -37,12 +37,16 @@ func init() {
 			}
 			return verifierOf{&adyenVerifier{keys: keys}}, nil
 		},
+		// No OccurredAt: eventDate is outside the item signature. Whichever copy of an
+		// item arrives first is recorded, so an attacker holding one genuine item could
+		// re-send it dated 1970 before Adyen's retry and have it judged stale, the
+		// genuine retry then only a duplicate. Adyen events are ordered by the state
+		// machine (and parking), not by time.
 		Preset: Preset{
-			ID:         `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
-			Type:       `body.eventCode`,
-			EntityKey:  `body.merchantReference`,
-			Amount:     `body.amount.value`,
-			OccurredAt: `body.eventDate`,
+			ID:        `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
+			Type:      `body.eventCode`,
+			EntityKey: `body.merchantReference`,
+			Amount:    `body.amount.value`,
 		},
 		Batch:  true,
 		Ack:    Response{Status: http.StatusOK, ContentType: "text/plain; charset=utf-8", Body: []byte("[accepted]")},
