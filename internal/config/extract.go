@@ -120,6 +120,13 @@ var ErrBadPayload = errors.New("bad payload")
 // "unstorable"), instead of failing the transaction with a 503 on every retry.
 var ErrUnstorable = errors.New("the event cannot be stored unaltered")
 
+// MaxKeyBytes is the longest event id, type and entity key an event may have. The id and
+// the entity key are keys of btree indexes, whose entries PostgreSQL caps at about 2.7
+// KB: a longer one fails the transaction, a 503 on every retry. No provider sends ids
+// anywhere near this; an id that is built from an unsigned header (Shopify's and
+// Bitbucket's topic) could otherwise be made that long by a replay.
+const MaxKeyBytes = 1024
+
 // Extract reads the events of a verified request, from the documents the verifier
 // parsed and checked (v.Documents) and never from the raw body: Adyen requests yield
 // one event per verified notificationItems[].NotificationRequestItem (body is the
@@ -192,6 +199,9 @@ func (x *Extractor) extractOne(raw []byte, headers, signed map[string]string, no
 	for _, f := range []struct{ name, value string }{{"id", ev.ID}, {"type", ev.Type}, {"entityKey", ev.EntityKey}} {
 		if !storableText(f.value) {
 			return event.Event{}, fmt.Errorf("%w: %s holds a NUL or bytes that are not UTF-8", ErrUnstorable, f.name)
+		}
+		if len(f.value) > MaxKeyBytes {
+			return event.Event{}, fmt.Errorf("%w: %s is %d bytes, more than %d", ErrUnstorable, f.name, len(f.value), MaxKeyBytes)
 		}
 	}
 	if v := optional(x.amount, vars); v != nil {

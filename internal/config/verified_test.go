@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,6 +346,8 @@ func TestUnstorableEventsAreRefused(t *testing.T) {
 		`{"id":"evt_1","type":"x","note":"\ud800x"}`,
 		"{\"id\":\"evt_\xff\",\"type\":\"x\"}",
 		"{\"id\":\"evt_1\",\"type\":\"x\",\"n\":\"\xc3\x28\"}",
+		`{"id":"` + strings.Repeat("i", MaxKeyBytes+1) + `","type":"x"}`,
+		`{"id":"evt_1","type":"` + strings.Repeat("t", MaxKeyBytes+1) + `"}`,
 	}
 	for _, body := range unstorable {
 		_, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(body), nil, testNow)
@@ -356,6 +359,7 @@ func TestUnstorableEventsAreRefused(t *testing.T) {
 		`{"id":"evt_1","type":"x","note":"\\u0000 is six characters here"}`,
 		`{"id":"evt_1","type":"x","note":"\ud83d\ude00 \u00e9 \u0001"}`,
 		`{"id":"evt_1","type":"x","note":"\"\\"}`,
+		`{"id":"` + strings.Repeat("i", MaxKeyBytes) + `","type":"x"}`,
 	}
 	for _, body := range storable {
 		if _, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(body), nil, testNow); err != nil {

@@ -2,6 +2,8 @@ package receiver_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -48,6 +50,11 @@ func TestUnstorableSignedEventIs422AndCounted(t *testing.T) {
 			`"data":{"object":{"id":"pi_1","description":"a\u0000b","metadata":{"client_txn_id":"o1"}}}}`, created),
 		"id not UTF-8": fmt.Appendf(nil, "{\"id\":\"evt_\xff\xfe\",\"type\":\"payment_intent.succeeded\",\"created\":%d,"+
 			"\"data\":{\"object\":{\"id\":\"pi_1\",\"metadata\":{\"client_txn_id\":\"o1\"}}}}", created),
+		// Longer than a btree index entry may be, and incompressible.
+		"id of 4,000 bytes": fmt.Appendf(nil, `{"id":"evt_%s","type":"payment_intent.succeeded","created":%d,`+
+			`"data":{"object":{"id":"pi_1","metadata":{"client_txn_id":"o1"}}}}`, randomText(t, 4000), created),
+		"entity key of 4,000 bytes": fmt.Appendf(nil, `{"id":"evt_long_key","type":"payment_intent.succeeded","created":%d,`+
+			`"data":{"object":{"id":"pi_1","metadata":{"client_txn_id":"%s"}}}}`, created, randomText(t, 4000)),
 	}
 	for name, body := range bodies {
 		r := f.post("/hooks", body, stripeHeader(stripeSecret, body))
@@ -202,4 +209,14 @@ func TestBodyCutOffMidwayStoresNothing(t *testing.T) {
 	if got := f.rowCounts()["events"]; got != 1 {
 		t.Fatalf("receipts = %d, want 1", got)
 	}
+}
+
+// randomText is n bytes of random URL-safe base64: text no compression shortens.
+func randomText(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)[:n]
 }
