@@ -66,6 +66,8 @@ const (
 	// UnmatchedRetry rolls back and answers 503, so the provider delivers again later.
 	UnmatchedRetry OnUnmatched = "Retry"
 	// UnmatchedCreate creates the entity in the initial state (managed entity table only).
+	// Its amount is that of the first event whose type has a transition out of the
+	// initial state, whichever event created it.
 	UnmatchedCreate OnUnmatched = "Create"
 )
 

@@ -126,7 +126,15 @@ func (r *Recorder) lockSteps(ev *Event, view *entityView) []step {
 	lockArgs := r.entityArgs(ev.EntityKey)
 	if r.mode == managedCreate {
 		lockArgs["initial"] = r.ep.Machine.Initial()
-		lockArgs["amount"] = ev.Amount
+		// The entity's amount is the amount of an event that can start its history (a
+		// transition of its type leaves the initial state), never of whichever event
+		// arrived first: a partial refund delivered before the capture would otherwise
+		// fix the order's amount at the refund's and fail the capture's guard.
+		var amount *int64
+		if r.ep.Machine.LeavesInitial(ev.Type) {
+			amount = ev.Amount
+		}
+		lockArgs["amount"] = amount
 	}
 	lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
 		if err := scanLock(br, view); err != nil {
@@ -353,11 +361,15 @@ func (r *Recorder) writeStep(c *candidate, v decision, created bool) step {
 
 	if c.receiptID != 0 {
 		if v.outcome != OutcomeApplied {
-			if v.outcome == OutcomeParked && (c.was == OutcomeParked || c.was == OutcomeExpired) {
-				// Still waiting: a parked event stays parked, an expired one expired.
+			if v.outcome == OutcomeParked && c.was == OutcomeParked {
+				// Still waiting: a parked event stays parked, its deadline unchanged.
 				c.res.Outcome = c.was
 				return step{sql: "SELECT 1", read: func(br pgx.BatchResults) error { _, err := br.Exec(); return err }}
 			}
+			// An expired event replayed that may still apply later is parked again, with a
+			// new deadline: left expired, it would never be released by the event it waits
+			// for, and a replay's result would depend on the order the receipts arrived
+			// in (a refund replayed before the capture it follows stayed expired).
 			args["receipt_id"], args["outcome"] = c.receiptID, string(v.outcome)
 			return execWriteStep(r.sql.setOutcome, args)
 		}

@@ -150,8 +150,12 @@ func TestParkedEventsExpireAndReplay(t *testing.T) {
 	t.Parallel()
 	entityModes(t, func(t *testing.T, f *fixture, state func() string) {
 		f.record(ev("evt_ref", "charge.refunded", "o-1", 500, t0.Add(time.Second)))
-		f.exec(`UPDATE hk.webhook_events SET received_at = now() - interval '73 hours'`)
+		f.exec(`UPDATE hk.webhook_events SET processed_at = now() - interval '73 hours'`)
 		f.record(ev("evt_dsp", "charge.dispute.created", "o-1", 500, t0.Add(2*time.Second)))
+		// Both arrived 73h ago, but the dispute was parked just now (as when a replay parks
+		// an old unmatched receipt): the deadline counts from parking, so only the refund
+		// expires.
+		f.exec(`UPDATE hk.webhook_events SET received_at = now() - interval '73 hours'`)
 		n, oldest, err := f.rec.ParkedStats(f.ctx)
 		if err != nil || n != 2 || oldest < 72*time.Hour {
 			t.Fatalf("ParkedStats = %d, %s, %v; want 2 parked, the oldest 73h", n, oldest, err)

@@ -88,6 +88,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -264,6 +265,30 @@ func (r *Recorder) Record(ctx context.Context, ev Event) (Result, error) {
 	return res[0], nil
 }
 
+// atStoredPrecision returns evs with every OccurredAt cut to the microseconds PostgreSQL
+// keeps (a copy when one changes; the caller's events are left alone). A delivered
+// event is decided with its own time and later compared with stored, truncated copies
+// (its parked neighbours, the entity's clock); with the nanoseconds some providers send
+// (Mailgun's float seconds, Twitch's RFC 3339), two events in one microsecond would be
+// ordered one way when delivered in order and the other when one was parked first.
+func atStoredPrecision(evs []Event) []Event {
+	out := evs
+	for i, ev := range evs {
+		if ev.OccurredAt == nil {
+			continue
+		}
+		t := ev.OccurredAt.Truncate(time.Microsecond)
+		if t.Equal(*ev.OccurredAt) {
+			continue
+		}
+		if &out[0] == &evs[0] {
+			out = slices.Clone(evs)
+		}
+		out[i].OccurredAt = &t
+	}
+	return out
+}
+
 // RecordBatch records several events (an Adyen batch) in ONE transaction, in order:
 // either every item is stored and applied, or nothing is.
 //
@@ -273,6 +298,7 @@ func (r *Recorder) RecordBatch(ctx context.Context, evs []Event) ([]Result, erro
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	evs = atStoredPrecision(evs)
 	if r.recent.hasAll(evs) {
 		results := make([]Result, len(evs))
 		for i := range results {

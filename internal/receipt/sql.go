@@ -90,12 +90,16 @@ WHERE endpoint = @endpoint AND entity_key = @entity_key FOR UPDATE`, t.Entities)
 	case managed:
 		s.lock = managedLock
 	case managedCreate:
-		// The no-op DO UPDATE locks an existing row and returns it; xmax = 0 tells a row
-		// this statement created. Concurrent creators of one entity serialise on the
-		// primary key, never on a prior SELECT.
+		// The DO UPDATE locks an existing row and returns it; xmax = 0 tells a row this
+		// statement created. Concurrent creators of one entity serialise on the primary
+		// key, never on a prior SELECT. @amount is set only by an event that can start
+		// the entity's history (lockSteps); an entity created without one (a refund
+		// parked before its capture) takes the first such event's amount while it is
+		// still in the initial state.
 		s.lock = fmt.Sprintf(`INSERT INTO %s AS e (endpoint, entity_key, state, amount)
 VALUES (@endpoint, @entity_key, @initial, @amount)
-ON CONFLICT (endpoint, entity_key) DO UPDATE SET state = e.state
+ON CONFLICT (endpoint, entity_key) DO UPDATE
+  SET amount = CASE WHEN e.amount IS NULL AND e.state = @initial THEN EXCLUDED.amount ELSE e.amount END
 RETURNING true, e.state, e.amount, e.last_event_at, (e.xmax = 0)`, t.Entities)
 	case appTable:
 		q := appQuoted(ep)
@@ -163,14 +167,18 @@ WHERE id = @receipt_id`, t.Events)
 FROM %s WHERE id = @receipt_id AND endpoint = @endpoint`, t.Events)
 	s.loadLocked = s.load + " FOR UPDATE"
 
-	// Parking's deadline.
-	olderThan := "received_at < now() - make_interval(secs => @park_for_seconds)"
+	// Parking's deadline, counted from when the receipt was parked (processed_at, which
+	// every outcome change sets and a re-evaluation that leaves it parked does not), not
+	// from when it arrived: a receipt a replay parks days after it arrived gets its full
+	// parkFor, instead of expiring at the next sweep.
+	parkedSince := "COALESCE(processed_at, received_at)"
+	olderThan := parkedSince + " < now() - make_interval(secs => @park_for_seconds)"
 	s.expirable = fmt.Sprintf(`SELECT DISTINCT entity_key FROM %s
 WHERE endpoint = @endpoint AND outcome = 'parked' AND %s LIMIT @limit`, t.Events, olderThan)
 	s.expire = fmt.Sprintf(`UPDATE %s SET outcome = 'expired', detail = @detail, processed_at = now()
 WHERE endpoint = @endpoint AND entity_key = @entity_key AND outcome = 'parked' AND %s`, t.Events, olderThan)
-	s.parkedStats = fmt.Sprintf(`SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(received_at)), 0)::float8
-FROM %s WHERE endpoint = @endpoint AND outcome = 'parked'`, t.Events)
+	s.parkedStats = fmt.Sprintf(`SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(%s)), 0)::float8
+FROM %s WHERE endpoint = @endpoint AND outcome = 'parked'`, parkedSince, t.Events)
 	return s, m
 }
 

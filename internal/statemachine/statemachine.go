@@ -261,6 +261,17 @@ func (m *Machine) CanStillApply(eventType, state string) bool {
 	return false
 }
 
+// LeavesInitial reports whether some transition triggered by eventType starts from the
+// initial state: whether an event of the type can be an entity's first applied event.
+func (m *Machine) LeavesInitial(eventType string) bool {
+	for _, t := range m.byType[eventType] {
+		if slices.Contains(t.From, m.initial) {
+			return true
+		}
+	}
+	return false
+}
+
 // Initial is the state of an entity created by onUnmatched Create.
 func (m *Machine) Initial() string { return m.initial }
 
