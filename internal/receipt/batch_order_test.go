@@ -1,0 +1,106 @@
+package receipt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// Batch providers: one request carries several events of one entity, out of order
+// within the batch, with copies inside the batch and across batches, and the batches
+// arrive in random order from concurrent senders on two replicas. Every entity must end
+// as in provider order, with its effects in provider order, and no event may stay
+// parked. Managed entities and an app table with a tenant column (a second tenant's
+// row with the same key must not move).
+func TestBatchesOutOfOrderConverge(t *testing.T) {
+	t.Parallel()
+	const inOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
+	paymentsTable := `CREATE TABLE public.payments (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		tenant_id text NOT NULL, ref text NOT NULL, status text NOT NULL, amount bigint NOT NULL,
+		UNIQUE (tenant_id, ref))`
+	binding := &v1alpha1.EntityTableSpec{Schema: "public", Name: "payments", KeyColumn: "ref", StateColumn: "status",
+		AmountColumn: "amount", Tenant: &v1alpha1.TenantSpec{Column: "tenant_id", Value: "acme"}}
+	for _, mode := range []struct {
+		name  string
+		table *v1alpha1.EntityTableSpec
+	}{{"managed", nil}, {"app table with tenant", binding}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			var setup []string
+			if mode.table != nil {
+				setup = []string{paymentsTable}
+			}
+			f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, mode.table), setup...)
+			stateSQL := `SELECT state FROM hk.entities WHERE entity_key = $1`
+			if mode.table != nil {
+				stateSQL = `SELECT status FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
+			}
+			replicas := []*Recorder{NewRecorder(f.pool, f.ep), NewRecorder(f.pool, f.ep)}
+			rng := rand.New(rand.NewPCG(3, 5))
+			const entities = 30
+			var batches [][]Event
+			for i := range entities {
+				key := fmt.Sprintf("b-%d", i)
+				if mode.table == nil {
+					f.managedEntity(key, "pending", 500)
+				} else {
+					f.exec(`INSERT INTO public.payments (tenant_id, ref, status, amount) VALUES ('acme', $1, 'pending', 500), ('globex', $1, 'pending', 500)`, key)
+				}
+				h := paymentHistory(key)
+				var copies []Event
+				for _, e := range h {
+					for range 1 + rng.IntN(2) {
+						copies = append(copies, e)
+					}
+				}
+				rng.Shuffle(len(copies), func(a, b int) { copies[a], copies[b] = copies[b], copies[a] })
+				for len(copies) > 0 {
+					n := min(len(copies), 1+rng.IntN(4))
+					batches = append(batches, copies[:n])
+					copies = copies[n:]
+				}
+			}
+			rng.Shuffle(len(batches), func(a, b int) { batches[a], batches[b] = batches[b], batches[a] })
+			work := make(chan []Event)
+			errs := make(chan error, len(batches))
+			var wg sync.WaitGroup
+			for w := range 8 {
+				rec := replicas[w%2]
+				wg.Go(func() {
+					for b := range work {
+						if _, err := rec.RecordBatch(f.ctx, b); err != nil {
+							errs <- fmt.Errorf("batch %s..: %w", b[0].ID, err)
+						}
+					}
+				})
+			}
+			for _, b := range batches {
+				work <- b
+			}
+			close(work)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			for i := range entities {
+				key := fmt.Sprintf("b-%d", i)
+				if got := f.stateAndEffects(key, stateSQL); got != inOrder {
+					t.Errorf("%s: %s, want %s", key, got, inOrder)
+				}
+			}
+			if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
+				t.Errorf("%d events still parked", got)
+			}
+			if mode.table != nil {
+				if got := f.count(`SELECT count(*) FROM public.payments WHERE tenant_id = 'globex' AND status <> 'pending'`); got != 0 {
+					t.Errorf("%d rows of another tenant moved", got)
+				}
+			}
+		})
+	}
+}

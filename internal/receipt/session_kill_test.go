@@ -1,0 +1,112 @@
+package receipt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+)
+
+// Crashes in the middle: while two replicas (group commit on) record every event of 40
+// payments out of order with copies, another session keeps terminating their database
+// sessions (a transaction dies at any of its round trips, commits included). A sender
+// retries anything that was not acknowledged, as a provider does. In the end every
+// payment is where provider order puts it, with each effect once and in order, and
+// nothing is left parked.
+func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
+	t.Parallel()
+	const inOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
+	f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, nil))
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 6
+	cfg.ConnConfig.RuntimeParams["application_name"] = "receipt-crash-victim"
+	victims, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(victims.Close)
+	replicas := []*Recorder{NewRecorder(victims, f.ep), NewRecorder(victims, f.ep)}
+
+	const entities = 40
+	var deliveries []Event
+	rng := rand.New(rand.NewPCG(21, 22))
+	for i := range entities {
+		key := fmt.Sprintf("k-%d", i)
+		f.managedEntity(key, "pending", 500)
+		for _, e := range paymentHistory(key) {
+			for range 1 + rng.IntN(2) {
+				deliveries = append(deliveries, e)
+			}
+		}
+	}
+	rng.Shuffle(len(deliveries), func(a, b int) { deliveries[a], deliveries[b] = deliveries[b], deliveries[a] })
+
+	stop := make(chan struct{})
+	var killed atomic.Int64
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(2+rand.IntN(8)) * time.Millisecond):
+			}
+			var n int64
+			_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE application_name = 'receipt-crash-victim' AND state <> 'idle' ORDER BY random() LIMIT 1) x`).Scan(&n)
+			killed.Add(n)
+		}
+	})
+
+	work := make(chan Event)
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 10 {
+		rec := replicas[w%2]
+		wg.Go(func() {
+			for e := range work {
+				deadline := time.Now().Add(40 * time.Second)
+				for {
+					if _, err := rec.Record(f.ctx, e); err == nil {
+						break
+					}
+					failures.Add(1)
+					if time.Now().After(deadline) {
+						t.Errorf("%s never acknowledged", e.ID)
+						break
+					}
+				}
+			}
+		})
+	}
+	for _, e := range deliveries {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	close(stop)
+	killer.Wait()
+	t.Logf("%d deliveries, %d sessions terminated, %d failed attempts retried", len(deliveries), killed.Load(), failures.Load())
+
+	for i := range entities {
+		key := fmt.Sprintf("k-%d", i)
+		if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != inOrder {
+			t.Errorf("%s: %s", key, got)
+		}
+	}
+	if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
+		t.Errorf("%d events still parked", got)
+	}
+	if got := f.count(`SELECT count(*) FROM hk.webhook_events`); got != entities*6 {
+		t.Errorf("%d receipts, want %d", got, entities*6)
+	}
+}
