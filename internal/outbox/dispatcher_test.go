@@ -31,12 +31,7 @@ import (
 func TestRacingDispatchersDeliverOncePerEntityInOrder(t *testing.T) {
 	db := newTestDB(t)
 	const entities, perEntity = 50, 20
-	var rows []outboxRow
-	for seq := range perEntity {
-		for e := range entities {
-			rows = append(rows, outboxRow{Entity: fmt.Sprintf("ent%02d", e), Seq: seq})
-		}
-	}
+	rows := interleaved(entities, perEntity)
 	db.insert(t, rows...)
 	// A little random latency so that, without the ordering rule, rows of one entity
 	// would overtake each other.

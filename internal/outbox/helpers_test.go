@@ -53,6 +53,18 @@ type outboxRow struct {
 
 func (r outboxRow) key() string { return fmt.Sprintf("evt-%s-%04d", r.Entity, r.Seq) }
 
+// interleaved is perEntity rows of each of entities entities ("ent00", ...), the
+// entities taking turns, so that every entity's rows are spread over the table.
+func interleaved(entities, perEntity int) []outboxRow {
+	var rows []outboxRow
+	for seq := range perEntity {
+		for e := range entities {
+			rows = append(rows, outboxRow{Entity: fmt.Sprintf("ent%02d", e), Seq: seq})
+		}
+	}
+	return rows
+}
+
 // insert adds rows in the given order (ids follow it) and returns their ids.
 func (db *testDB) insert(t *testing.T, rows ...outboxRow) []int64 {
 	t.Helper()

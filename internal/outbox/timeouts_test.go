@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -19,12 +18,7 @@ import (
 func TestDispatchersUnderTimeoutsAndAStopKeepKeysAndOrder(t *testing.T) {
 	db := newTestDB(t)
 	const entities, perEntity = 12, 8
-	var rows []outboxRow
-	for seq := range perEntity {
-		for e := range entities {
-			rows = append(rows, outboxRow{Entity: fmt.Sprintf("ent%02d", e), Seq: seq})
-		}
-	}
+	rows := interleaved(entities, perEntity)
 	db.insert(t, rows...)
 
 	var mu sync.Mutex
