@@ -123,7 +123,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 
 func newHTTPServer(h http.Handler, log logr.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterChunked(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -134,6 +134,23 @@ func newHTTPServer(h http.Handler, log logr.Logger) *http.Server {
 		// transactions commit, not cancel them.
 		BaseContext: func(net.Listener) context.Context { return context.Background() },
 	}
+}
+
+// closeAfterChunked closes the connection after answering a request with a
+// Transfer-Encoding. Go reads such a body by its chunks and drops a Content-Length sent
+// beside it (the handler cannot tell it was there), but a proxy in front may have framed
+// the request by that Content-Length: the two would disagree on where the next request
+// on the connection starts, and bytes after the chunks would be served as a request the
+// proxy never saw (request smuggling). RFC 9112 section 6.1: a server that gets both
+// "MUST close the connection after responding". Providers send Content-Length; a
+// chunked sender only reconnects.
+func closeAfterChunked(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Draining reports whether shutdown has begun.
