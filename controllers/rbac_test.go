@@ -34,6 +34,7 @@ import (
 func TestInstalledRBAC(t *testing.T) {
 	cfg, scheme, k8s := startAPIServer(t)
 	e := &env{ctx: context.Background(), k8s: k8s, scheme: scheme}
+	t.Run("LeasesOnlyInItsOwnNamespace", func(t *testing.T) { e.testLeases(t, cfg) })
 	t.Run("InstalledRoleRunsAnEndpoint", func(t *testing.T) { e.testInstalledRole(t, cfg) })
 	t.Run("WithoutFinalizersRuleOwnerReferencesAreForbidden", func(t *testing.T) { e.testWithoutFinalizers(t, cfg) })
 }
@@ -47,8 +48,9 @@ func isFinalizersRule(r any) bool {
 
 // installRBAC applies the installer's RBAC, without the manager-role rules that drop
 // matches, and waits until the authorizer has seen it (and, with drop, that the
-// operator may no longer update webhookendpoints/finalizers).
-func (e *env) installRBAC(t *testing.T, cfg *rest.Config, drop func(any) bool) {
+// operator may no longer update webhookendpoints/finalizers). It returns the question
+// "may the operator do this?", asked as the operator.
+func (e *env) installRBAC(t *testing.T, cfg *rest.Config, drop func(any) bool) func(Gomega, authorizationv1.ResourceAttributes) bool {
 	t.Helper()
 	objs, err := devcluster.ReadOperatorRBAC(testsupport.RepoRoot(t))
 	if err != nil {
@@ -96,6 +98,30 @@ func (e *env) installRBAC(t *testing.T, cfg *rest.Config, drop func(any) bool) {
 			})).To(BeFalse())
 		}
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	return allowed
+}
+
+// testLeases: the operator's only use of Leases is its own leader election, a Role in
+// its own namespace (config/rbac/leader_election_role.yaml). The ClusterRole must not
+// let it write Leases elsewhere: kube-system holds the control plane's leader-election
+// Leases, kube-node-lease the nodes' heartbeats. An operator that may update them could
+// take leadership from kube-controller-manager or mark nodes alive or dead.
+func (e *env) testLeases(t *testing.T, cfg *rest.Config) {
+	allowed := e.installRBAC(t, cfg, nil)
+	lease := func(ns, verb string) authorizationv1.ResourceAttributes {
+		return authorizationv1.ResourceAttributes{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases",
+			Verb: verb, Name: "kube-controller-manager"}
+	}
+	NewWithT(t).Eventually(func(g Gomega) {
+		// Its own leader election still works.
+		g.Expect(allowed(g, lease(devcluster.OperatorNamespace, "update"))).To(BeTrue())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g := NewWithT(t)
+	for _, ns := range []string{"kube-system", "kube-node-lease", "some-tenant"} {
+		for _, verb := range []string{"update", "delete", "create", "patch"} {
+			g.Expect(allowed(g, lease(ns, verb))).To(BeFalse(), "operator may %s Leases in %s", verb, ns)
+		}
+	}
 }
 
 // testInstalledRole runs the operator as devcluster runs it (RunInProcess with the
