@@ -211,7 +211,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	// delay-seconds is any run of digits: one too large for an int64 is a very long
+	// delay (ParseInt returns the largest int64 with ErrRange), not an invalid one.
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		if secs <= 0 {
 			return 0
 		}

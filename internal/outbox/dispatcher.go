@@ -1,7 +1,7 @@
 // Package outbox delivers outbox rows to the endpoint's sink: it claims due rows with
 // FOR UPDATE SKIP LOCKED under a lease, POSTs each outside any transaction with a stable
 // Idempotency-Key (and Standard Webhooks signature when configured), records the result
-// fenced on the claimed attempt, retries with full-jitter backoff and dead-letters after
+// fenced on the claim's lease, retries with full-jitter backoff and dead-letters after
 // maxAttempts. It also re-drives dead letters and stored receipts (replay).
 //
 // Delivery is at least once: a crash anywhere leaves the row claimable again once its
@@ -256,7 +256,7 @@ func (d *Dispatcher) claim(ctx context.Context, db *pgxpool.Pool, limit int, rea
 // deliver makes one attempt at r and decides what becomes of it. stop is the run
 // context (ended at shutdown), hard the one that cuts requests off after the grace.
 func (d *Dispatcher) deliver(stop, hard context.Context, r row) rowResult {
-	res := rowResult{ID: r.ID, Attempt: r.Attempt, Probe: r.probe}
+	res := rowResult{ID: r.ID, Attempt: r.Attempt, Lease: r.Lease, Probe: r.probe}
 	// A row whose lease could end during the attempt (its claim was slow, or it waited
 	// in the queue) goes back unsent rather than risk a concurrent second delivery by
 	// the dispatcher that claims it next. So does a row claimed before this dispatcher
@@ -286,9 +286,10 @@ func (d *Dispatcher) deliver(stop, hard context.Context, r row) rowResult {
 		// Unless the sink is down by the time this is recorded: then the attempt does
 		// not count and the row stays (sql.go, record).
 		res.Result, res.Error, res.Unavailable = resultDead, d.describe(a), a.unavailable()
+		res.RetryAfter = a.retryAfter
 	default:
 		res.Result, res.Error, res.Unavailable = resultRetry, d.describe(a), a.unavailable()
-		res.Delay = d.backoff(r.Attempt, a.retryAfter)
+		res.Delay, res.RetryAfter = d.backoff(r.Attempt, a.retryAfter), a.retryAfter
 	}
 	return res
 }

@@ -438,12 +438,12 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false); err != nil || len(again) != 0 {
 		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
 	}
-	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
+	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Lease: second[0].Lease, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
 	if err != nil || len(acc) != 1 {
 		t.Fatalf("record newer result: %+v, %v", acc, err)
 	}
 	for _, stale := range []result{resultDelivered, resultDead, resultUnsent, resultRetry} {
-		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
+		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Lease: first[0].Lease, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
 		if err != nil || len(acc) != 0 {
 			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
 		}
@@ -460,10 +460,10 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	if err != nil || len(third) != 1 || third[0].Attempt != 3 {
 		t.Fatalf("third claim: %+v, %v", third, err)
 	}
-	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDelivered}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
+	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Lease: third[0].Lease, Result: resultDelivered}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
 		t.Fatalf("record delivery: %+v, %v", acc, err)
 	}
-	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Result: resultDead}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 0 {
+	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Lease: third[0].Lease, Result: resultDead}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 0 {
 		t.Errorf("result after delivery accepted: %+v, %v", acc, err)
 	}
 }

@@ -143,7 +143,7 @@ func TestDispatcherStatementsNeverScanTheOutbox(t *testing.T) {
 			}
 			results := make([]rowResult, len(claimed))
 			for i, r := range claimed {
-				results[i] = rowResult{ID: r.ID, Attempt: r.Attempt, Result: resultDelivered, Done: time.Now()}
+				results[i] = rowResult{ID: r.ID, Attempt: r.Attempt, Lease: r.Lease, Result: resultDelivered, Done: time.Now()}
 			}
 			if recorded, _, err := q.recordResults(ctx, pool, testEndpoint, results, 5, time.Second); err != nil || len(recorded) != 16 {
 				t.Fatalf("record: %d rows, %v", len(recorded), err)

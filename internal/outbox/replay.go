@@ -98,7 +98,10 @@ func selectionArgs(s Selection) []any {
 }
 
 // RedriveDeadLetters makes the selected dead letters due again with a fresh attempt
-// budget: dead_at, attempts and the lease are reset and available_at set to now. The
+// budget: dead_at, attempts and the lease are reset and available_at set to now. A
+// re-driven row becomes the head of its entity's queue again; while a later row of the
+// entity is leased (its POST may be in flight), the re-driven row is held until that
+// lease ends, so PerEntity never has two rows of one entity at the sink at once. The
 // dedupe key is untouched, so the sink sees the same Idempotency-Key. Rows that are no
 // longer dead are not selected, so running it twice re-drives nothing the second time.
 // Discarded dead letters are not selected.
@@ -109,7 +112,10 @@ func RedriveDeadLetters(ctx context.Context, pool *pgxpool.Pool, tables store.Ta
 			return fmt.Sprintf(`
 WITH batch AS (%[2]s)
 UPDATE %[1]s o
-SET dead_at = NULL, attempts = 0, available_at = now(), lease_until = NULL
+SET dead_at = NULL, attempts = 0, available_at = now(),
+    lease_until = (SELECT max(p.lease_until) FROM %[1]s p
+                   WHERE p.endpoint = o.endpoint AND p.entity_key = o.entity_key AND p.id <> o.id
+                     AND p.delivered_at IS NULL AND p.dead_at IS NULL AND p.lease_until > now())
 FROM batch WHERE o.id = batch.id
 RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, batch.dead_at, COALESCE(o.last_error, '')`, tables.Outbox, batch)
 		},

@@ -22,9 +22,13 @@ type row struct {
 	Payload       json.RawMessage
 	OccurredAt    *time.Time
 	CreatedAt     time.Time
-	// Attempt is the attempts column after the claim: this attempt's number and the fence
-	// its result is recorded under.
+	// Attempt is the attempts column after the claim: this attempt's number.
 	Attempt int
+	// Lease is lease_until as the claim set it: the fence its result is recorded under.
+	// Attempt numbers repeat (an attempt given back while the sink is down, a re-driven
+	// dead letter starting again at 1); a claim's lease_until never does, so a late
+	// worker whose lease ended cannot record over a newer claim of the row.
+	Lease time.Time
 	// leaseEnd is, by this process's monotonic clock, a time no later than the end of
 	// the lease the claim took: the claim statement computes lease_until from its
 	// transaction's start, which comes after the moment the claim was sent, so the
@@ -53,13 +57,18 @@ const (
 	resultAbandoned result = "abandoned"
 )
 
-// rowResult is what became of one row, recorded fenced on the claimed attempt.
+// rowResult is what became of one row, recorded fenced on the claim's lease.
 type rowResult struct {
 	ID      int64
 	Attempt int
-	Result  result
+	// Lease is the claim's lease_until (row.Lease), the fence.
+	Lease  time.Time
+	Result result
 	// Delay before the row is due again (resultRetry).
 	Delay time.Duration
+	// RetryAfter is the sink's Retry-After, zero when it sent none. A row is never due
+	// again before it, even when its attempt is given back because the sink is down.
+	RetryAfter time.Duration
 	// Error is a short, secret-free description of the failure.
 	Error string
 	// Done is when the attempt finished; with the database's age of the row at record
@@ -123,12 +132,12 @@ UPDATE %[1]s o
 SET lease_until = now() + $3 * interval '1 microsecond', attempts = o.attempts + 1
 FROM due, async WHERE o.id = due.id
 RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.payload,
-	o.occurred_at, o.created_at, o.attempts`, outboxTable, perEntity, asyncCommit, tables.SinkState),
+	o.occurred_at, o.created_at, o.attempts, o.lease_until`, outboxTable, perEntity, asyncCommit, tables.SinkState),
 
 		// One statement records a batch of results and what they say of the sink. Each
-		// row is fenced on the attempt it was claimed with and on not being delivered,
-		// so a late worker whose lease expired cannot overwrite a newer attempt's
-		// result. An unavailable answer recorded while the sink is down (after this
+		// row is fenced on the lease it was claimed with (row.Lease) and on not being
+		// delivered, so a late worker whose lease expired cannot overwrite a newer
+		// claim's result, and a result is recorded at most once. An unavailable answer recorded while the sink is down (after this
 		// batch) gives the attempt back and never dead-letters the row.
 		record: fmt.Sprintf(`
 WITH async AS (SELECT %[2]s),%[3]s,
@@ -139,13 +148,16 @@ upd AS (
 		attempts     = CASE WHEN r.result = 'unsent' OR (r.unavailable AND held.down) THEN o.attempts - 1 ELSE o.attempts END,
 		delivered_at = CASE WHEN r.result = 'delivered' THEN now() END,
 		dead_at      = CASE WHEN r.result = 'dead' AND NOT (r.unavailable AND held.down) THEN now() ELSE o.dead_at END,
-		available_at = CASE WHEN r.unavailable AND held.down THEN o.available_at
+		available_at = CASE WHEN r.unavailable AND held.down AND r.retry_after_us > 0
+		                    THEN GREATEST(o.available_at, now() + r.retry_after_us * interval '1 microsecond')
+		                    WHEN r.unavailable AND held.down THEN o.available_at
 		                    WHEN r.result = 'retry' THEN now() + r.delay_us * interval '1 microsecond'
 		                    ELSE o.available_at END,
 		last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
-	FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[], $7::bool[])
-		AS r(id, attempt, result, delay_us, err, unavailable), async, held
-	WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.delivered_at IS NULL
+	FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[], $7::bool[], $14::timestamptz[], $15::bigint[])
+		AS r(id, attempt, result, delay_us, err, unavailable, lease, retry_after_us), async, held
+	WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.lease_until = r.lease
+	  AND o.delivered_at IS NULL
 	RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS age
 )
 SELECT COALESCE((SELECT array_agg(id) FROM upd), '{}'), COALESCE((SELECT array_agg(age) FROM upd), '{}'),
@@ -195,7 +207,7 @@ func (q queries) claimRows(ctx context.Context, db querier, endpoint string, lim
 		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 			var x row
 			err := r.Scan(&x.ID, &x.DedupeKey, &x.EntityKey, &x.EventType, &x.SourceEventID, &x.Payload,
-				&x.OccurredAt, &x.CreatedAt, &x.Attempt)
+				&x.OccurredAt, &x.CreatedAt, &x.Attempt, &x.Lease)
 			return x, err
 		})
 		return err
@@ -223,7 +235,10 @@ func (q queries) recordResults(ctx context.Context, db querier, endpoint string,
 	delays := make([]int64, len(results))
 	errs := make([]string, len(results))
 	unavailable := make([]bool, len(results))
+	leases := make([]time.Time, len(results))
+	retryAfter := make([]int64, len(results))
 	for i, r := range results {
+		leases[i], retryAfter[i] = r.Lease, r.RetryAfter.Microseconds()
 		ids[i], attempts[i], resultNames[i] = r.ID, int32(r.Attempt), string(r.Result) //nolint:gosec // attempts are bounded by maxAttempts (<= 100) plus crash retries
 		delays[i], errs[i], unavailable[i] = r.Delay.Microseconds(), r.Error, r.Unavailable
 	}
@@ -234,7 +249,7 @@ func (q queries) recordResults(ctx context.Context, db querier, endpoint string,
 		change   sinkChange
 	)
 	b, record := store.OnIndexes(q.record, ids, attempts, resultNames, delays, errs, endpoint, unavailable,
-		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds())
+		t.answered, t.trailing, t.lastError, t.probe, downAfter, probeFirst.Microseconds(), leases, retryAfter)
 	record.QueryRow(func(r pgx.Row) error {
 		return r.Scan(&accepted, &ages, &change.Down, &change.Opened, &change.Recovered)
 	})
