@@ -3,7 +3,6 @@ package receipt
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -65,26 +64,12 @@ func TestBatchesOutOfOrderConverge(t *testing.T) {
 				}
 			}
 			rng.Shuffle(len(batches), func(a, b int) { batches[a], batches[b] = batches[b], batches[a] })
-			work := make(chan []Event)
-			errs := make(chan error, len(batches))
-			var wg sync.WaitGroup
-			for w := range 8 {
-				rec := replicas[w%2]
-				wg.Go(func() {
-					for b := range work {
-						if _, err := rec.RecordBatch(f.ctx, b); err != nil {
-							errs <- fmt.Errorf("batch %s..: %w", b[0].ID, err)
-						}
-					}
-				})
-			}
-			for _, b := range batches {
-				work <- b
-			}
-			close(work)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			for _, err := range fanOut(batches, 8, func(w int, b []Event) error {
+				if _, err := replicas[w%2].RecordBatch(f.ctx, b); err != nil {
+					return fmt.Errorf("batch %s..: %w", b[0].ID, err)
+				}
+				return nil
+			}) {
 				t.Error(err)
 			}
 			for i := range entities {

@@ -3,6 +3,7 @@ package receipt
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,4 +174,33 @@ func ev(id, typ, key string, amount int64, at time.Time) Event {
 		e.OccurredAt = &at
 	}
 	return e
+}
+
+// fanOut hands items, in order, to workers goroutines running do (w is the worker's
+// number) and returns do's errors once every item is done: concurrent senders, as
+// providers and replicas are.
+func fanOut[T any](items []T, workers int, do func(w int, item T) error) []error {
+	work := make(chan T)
+	errs := make(chan error, len(items))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for it := range work {
+				if err := do(w, it); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -274,25 +273,12 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-			var wg sync.WaitGroup
-			work := make(chan Event)
-			errs := make(chan error, len(deliveries))
-			for range 12 {
-				wg.Go(func() {
-					for e := range work {
-						if _, err := f.rec.Record(f.ctx, e); err != nil {
-							errs <- fmt.Errorf("%s: %w", e.ID, err)
-						}
-					}
-				})
-			}
-			for _, e := range deliveries {
-				work <- e
-			}
-			close(work)
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			for _, err := range fanOut(deliveries, 12, func(_ int, e Event) error {
+				if _, err := f.rec.Record(f.ctx, e); err != nil {
+					return fmt.Errorf("%s: %w", e.ID, err)
+				}
+				return nil
+			}) {
 				t.Fatal(err)
 			}
 			// The dispute applies from paid or refunded: delivered before the refund it

@@ -67,32 +67,23 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 		}
 	})
 
-	work := make(chan Event)
 	var failures atomic.Int64
-	var wg sync.WaitGroup
-	for w := range 10 {
-		rec := replicas[w%2]
-		wg.Go(func() {
-			for e := range work {
-				deadline := time.Now().Add(40 * time.Second)
-				for {
-					if _, err := rec.Record(f.ctx, e); err == nil {
-						break
-					}
-					failures.Add(1)
-					if time.Now().After(deadline) {
-						t.Errorf("%s never acknowledged", e.ID)
-						break
-					}
-				}
+	for _, err := range fanOut(deliveries, 10, func(w int, e Event) error {
+		// A provider retries until it gets an answer.
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			_, err := replicas[w%2].Record(f.ctx, e)
+			if err == nil {
+				return nil
 			}
-		})
+			failures.Add(1)
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s never acknowledged: %w", e.ID, err)
+			}
+		}
+	}) {
+		t.Error(err)
 	}
-	for _, e := range deliveries {
-		work <- e
-	}
-	close(work)
-	wg.Wait()
 	close(stop)
 	killer.Wait()
 	t.Logf("%d deliveries, %d sessions terminated, %d failed attempts retried", len(deliveries), killed.Load(), failures.Load())
