@@ -137,8 +137,10 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.p
 		// One statement records a batch of results and what they say of the sink. Each
 		// row is fenced on the lease it was claimed with (row.Lease) and on not being
 		// delivered, so a late worker whose lease expired cannot overwrite a newer
-		// claim's result, and a result is recorded at most once. An unavailable answer recorded while the sink is down (after this
-		// batch) gives the attempt back and never dead-letters the row.
+		// claim's result, and a result is recorded at most once. An unavailable answer
+		// recorded while the sink is down (after this batch) gives the attempt back and
+		// never dead-letters the row, but the row is not due before the sink's
+		// Retry-After.
 		record: fmt.Sprintf(`
 WITH async AS (SELECT %[2]s),%[3]s,
 held AS (SELECT COALESCE((SELECT down FROM sink), false) AS down),
