@@ -192,9 +192,16 @@ func TestRateLimitedSinkRetryAfterSurvivesTheOutage(t *testing.T) {
 		return errors.New("no early re-send yet")
 	})
 	stop()
+	// The scenario happened: every row was answered 429 and the sink was held down.
+	if h, herr := ReadSinkHealth(t.Context(), db.pool, db.tables, testEndpoint); herr != nil || !h.Down {
+		t.Errorf("sink health %+v, %v: want down after the 429s", h, herr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(last) != len(rows) {
+		t.Errorf("%d of %d rows reached the sink", len(last), len(rows))
+	}
 	if err == nil {
-		mu.Lock()
-		defer mu.Unlock()
 		t.Errorf("rows re-sent before the 3 s Retry-After of their 429: %v", early)
 	}
 }

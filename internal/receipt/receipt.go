@@ -272,7 +272,7 @@ func (r *Recorder) Record(ctx context.Context, ev Event) (Result, error) {
 // (Mailgun's float seconds, Twitch's RFC 3339), two events in one microsecond would be
 // ordered one way when delivered in order and the other when one was parked first.
 func atStoredPrecision(evs []Event) []Event {
-	out := evs
+	out, copied := evs, false
 	for i, ev := range evs {
 		if ev.OccurredAt == nil {
 			continue
@@ -281,8 +281,8 @@ func atStoredPrecision(evs []Event) []Event {
 		if t.Equal(*ev.OccurredAt) {
 			continue
 		}
-		if &out[0] == &evs[0] {
-			out = slices.Clone(evs)
+		if !copied {
+			out, copied = slices.Clone(evs), true
 		}
 		out[i].OccurredAt = &t
 	}
