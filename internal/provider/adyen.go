@@ -15,11 +15,13 @@ import (
 )
 
 // HeaderAdyenHmacSignature is the header of Adyen's newer webhooks (e.g. balance platform
-// and management webhooks): base64 HMAC-SHA256 of the raw body.
+// and management webhooks): base64 HMAC-SHA256 of the raw body. Their body is one event,
+// {"data": {...}, "environment": ..., "type": ...}, not a notificationItems batch.
 const HeaderAdyenHmacSignature = "HmacSignature"
 
 // adyenVerifier implements Adyen's two forms. With an HmacSignature header, the header
-// signs the raw body. Without it, the body is a Standard webhook batch and every
+// signs the raw body: a notificationItems batch yields its items, any other JSON object
+// (the newer webhooks' {"data", "environment", "type"}) is one document. Without it, the body is a Standard webhook batch and every
 // notification item carries its own additionalData.hmacSignature over
 // pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success;
 // every item must verify, so one forged item cannot ride along with authentic ones.
@@ -42,11 +44,17 @@ func init() {
 		// re-send it dated 1970 before Adyen's retry and have it judged stale, the
 		// genuine retry then only a duplicate. Adyen events are ordered by the state
 		// machine (and parking), not by time.
+		//
+		// A notification item has pspReference and eventCode; a newer webhook (signed
+		// whole, in HmacSignature) has type and data instead, and no event id: a retry
+		// resends the same body, so its id is the body digest, its entity data.id and its
+		// amount data.amount.value.
 		Preset: Preset{
-			ID:        `body.pspReference + ":" + body.eventCode + ":" + string(body.success)`,
-			Type:      `body.eventCode`,
-			EntityKey: `body.merchantReference`,
-			Amount:    `body.amount.value`,
+			ID: `has(body.pspReference) ? body.pspReference + ":" + body.eventCode + ":" + string(body.success) : ` +
+				`signed.digest`,
+			Type:      `has(body.eventCode) ? body.eventCode : body.type`,
+			EntityKey: `has(body.eventCode) ? body.merchantReference : body.data.id`,
+			Amount:    `has(body.eventCode) ? body.amount.value : body.data.amount.value`,
 		},
 		Batch:  true,
 		Ack:    Response{Status: http.StatusOK, ContentType: "text/plain; charset=utf-8", Body: []byte("[accepted]")},
@@ -127,6 +135,8 @@ func successField(raw json.RawMessage) (string, error) {
 	return stringField(raw)
 }
 
+var errNoAdyenItems = errors.New("body has no notificationItems")
+
 // parseAdyenBody extracts every notification item of a Standard webhook body.
 func parseAdyenBody(body []byte) ([]adyenItem, error) {
 	envelope, err := decodeObject(body, true)
@@ -135,7 +145,7 @@ func parseAdyenBody(body []byte) ([]adyenItem, error) {
 	}
 	var rawItems []json.RawMessage
 	if isNull(envelope["notificationItems"]) {
-		return nil, errors.New("body has no notificationItems")
+		return nil, errNoAdyenItems
 	}
 	if err := json.Unmarshal(envelope["notificationItems"], &rawItems); err != nil {
 		return nil, errors.New("notificationItems is not an array")
@@ -237,6 +247,10 @@ func (v *adyenVerifier) Open(req signature.Request) (*signature.Verified, error)
 		}
 		signed := map[string]string{signature.SignedDigest: signature.BodyDigest(req.Body)}
 		items, err := parseAdyenBody(req.Body)
+		if errors.Is(err, errNoAdyenItems) {
+			// A newer webhook: the signed body is the one event.
+			return signature.WholeBody(req, signed), nil
+		}
 		if err != nil {
 			return signature.Unreadable(req.Now, fmt.Errorf("not an Adyen notification: %w", err), signed), nil
 		}

@@ -242,6 +242,35 @@ func TestAdyenHmacSignatureHeaderTakesPrecedence(t *testing.T) {
 	}
 }
 
+// Adyen's newer webhooks (Balance Platform, Management API) sign the whole body in
+// HmacSignature, and the body is one event, {"data", "environment", "type"}, with no
+// notificationItems: it is the document, its id the body digest (a retry resends the
+// same body), its type and entity the body's type and data.id. The same body without the
+// header, or with a changed byte, is refused.
+func TestAdyenNewerWebhookIsOneSignedEvent(t *testing.T) {
+	v := vectorNamed(t, "adyen-hmacsignature-header")
+	key, _ := hex.DecodeString(v.Secret)
+	body := []byte(`{"data":{"balancePlatform":"YOUR_BALANCE_PLATFORM","id":"TRVF00000000000000000001",` +
+		`"amount":{"currency":"EUR","value":1130},"status":"authorised"},` +
+		`"environment":"test","timestamp":"2026-05-01T10:00:00+02:00","type":"balancePlatform.transfer.created"}`)
+	req := adyenRequest(body)
+	req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, string(body))))
+	expectPresetValues(t, presetValuesOf(t, signed{spec: v.spec(), secret: v.Secret, req: req}, nil), presetValues{
+		ID: signature.BodyDigest(body), Type: "balancePlatform.transfer.created", EntityKey: "TRVF00000000000000000001",
+		Amount: presetPtr(int64(1130)),
+	})
+
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	if got := signature.ReasonOf(verifier.Verify(adyenRequest(body))); got != signature.ReasonMalformedHeader {
+		t.Errorf("the body without HmacSignature: reason %q, want %q", got, signature.ReasonMalformedHeader)
+	}
+	tampered := adyenRequest([]byte(strings.Replace(string(body), "1130", "1", 1)))
+	tampered.Header.Set(HeaderAdyenHmacSignature, req.Header.Get(HeaderAdyenHmacSignature))
+	if got := signature.ReasonOf(verifier.Verify(tampered)); got != signature.ReasonMismatch {
+		t.Errorf("a changed byte under the header: reason %q, want %q", got, signature.ReasonMismatch)
+	}
+}
+
 func init() {
 	// The round trip signs the whole body with the HmacSignature header; the item form
 	// is covered by the tests above.

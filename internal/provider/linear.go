@@ -2,8 +2,12 @@ package provider
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,7 +54,8 @@ func init() {
 			// the body digest need not repeat on a retry. A data-change event is named by
 			// signed fields that a retry repeats: its model, action, entity and the time
 			// the action took place. Other payloads (OAuthApp revoked, agent session
-			// events) fall back to the digest of the signed body.
+			// events) fall back to signed.digest, which for Linear leaves the
+			// webhookTimestamp member out (linearDigest), so a retry keeps it.
 			ID: `has(body.data) && has(body.data.id) && has(body.createdAt) ? ` +
 				`body.type + ":" + body.action + ":" + string(body.data.id) + ":" + string(body.createdAt) : signed.digest`,
 			Type:       `body.type + "." + body.action`,
@@ -83,7 +88,7 @@ func (v *linearVerifier) Open(req signature.Request) (*signature.Verified, error
 	if _, ok := v.keys.Match(keys, [][]byte{sig}, req.Body); !ok {
 		return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s", HeaderLinearSignature)
 	}
-	raw, err := linearTimestamp(req.Body)
+	members, raw, err := linearTimestamp(req.Body)
 	if err != nil {
 		if errors.Is(err, errNoLinearTimestamp) {
 			return nil, signature.Fail(signature.ReasonMissingHeader, "the signed body has no %s", linearTimestampField)
@@ -94,25 +99,53 @@ func (v *linearVerifier) Open(req signature.Request) (*signature.Verified, error
 	if ferr != nil {
 		return nil, ferr
 	}
-	return signature.WholeBody(req, map[string]string{signature.SignedTimestamp: ts}), nil
+	// The body decoded as one JSON object above, so it is the document.
+	signed := map[string]string{signature.SignedTimestamp: ts, signature.SignedDigest: linearDigest(members)}
+	return signature.NewVerified(req.Now, []json.RawMessage{req.Body}, signed), nil
+}
+
+// linearDigest is Linear's signed.digest: the SHA-256 of every signed member of the body
+// but webhookTimestamp, the time of sending, which a retry changes. Each member is
+// written as its name and raw value, length-prefixed and sorted by name, so no two
+// bodies with different members share a digest and member order does not matter.
+func linearDigest(members map[string]json.RawMessage) string {
+	names := make([]string, 0, len(members))
+	for name := range members {
+		if name != linearTimestampField {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	var n [8]byte
+	write := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for _, name := range names {
+		write([]byte(name))
+		write(members[name])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 var errNoLinearTimestamp = errors.New("no webhookTimestamp")
 
-// linearTimestamp returns the webhookTimestamp member of the body exactly as written,
-// for CheckTimestamp to read as Unix milliseconds (digits only). The body must be one
-// JSON object without duplicate keys, so the value checked is the one every JSON reader
-// of the body sees.
-func linearTimestamp(body []byte) (string, error) {
+// linearTimestamp returns the body's members and its webhookTimestamp member exactly as
+// written, for CheckTimestamp to read as Unix milliseconds (digits only). The body must
+// be one JSON object without duplicate keys, so the value checked is the one every JSON
+// reader of the body sees.
+func linearTimestamp(body []byte) (map[string]json.RawMessage, string, error) {
 	members, err := decodeObject(body, false)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	raw, ok := members[linearTimestampField]
 	if !ok || isNull(raw) {
-		return "", errNoLinearTimestamp
+		return nil, "", errNoLinearTimestamp
 	}
-	return string(raw), nil
+	return members, string(raw), nil
 }
 
 // linearSample is a data-change event: e.Type is Linear's type and action joined by

@@ -60,14 +60,30 @@ func TestLinearPresets(t *testing.T) {
 		s := signed{spec: v.spec(), secret: v.Secret, req: linearRequest(v.Secret, []byte(retry), now)}
 		expectPresetValues(t, presetValuesOf(t, s, nil), want)
 	})
-	t.Run("a payload without data.id falls back to the body digest", func(t *testing.T) {
-		now := time.Unix(1772366400, 0)
-		body := []byte(`{"action":"revoked","type":"OAuthApp","createdAt":"2026-03-01T12:00:00.000Z","oauthClientId":"c1",` +
-			`"organizationId":"o1","webhookId":"w1","webhookTimestamp":` + strconv.FormatInt(now.UnixMilli(), 10) + `}`)
-		s := signed{spec: v.spec(), secret: v.Secret, req: linearRequest(v.Secret, body, now)}
-		expectPresetValues(t, presetValuesOf(t, s, nil), presetValues{
-			ID: signature.BodyDigest(body), Type: "OAuthApp.revoked", OccurredAt: presetPtr(now),
-		})
+	t.Run("a payload without data.id falls back to the digest without webhookTimestamp", func(t *testing.T) {
+		body := func(client string, sent time.Time) []byte {
+			return []byte(`{"action":"revoked","type":"OAuthApp","createdAt":"2026-03-01T12:00:00.000Z","oauthClientId":"` + client + `",` +
+				`"organizationId":"o1","webhookId":"w1","webhookTimestamp":` + strconv.FormatInt(sent.UnixMilli(), 10) + `}`)
+		}
+		idOf := func(client string, sent time.Time) string {
+			t.Helper()
+			b := body(client, sent)
+			s := signed{spec: v.spec(), secret: v.Secret, req: linearRequest(v.Secret, b, sent)}
+			got := presetValuesOf(t, s, nil)
+			if got.ID == signature.BodyDigest(b) || !strings.HasPrefix(got.ID, "sha256:") {
+				t.Errorf("id = %q, want the digest of the body without webhookTimestamp", got.ID)
+			}
+			return got.ID
+		}
+		first := time.Unix(1772366400, 0)
+		// Linear stamps each delivery with the time it is sent: the retry's body differs
+		// in webhookTimestamp only, and must not become a second event.
+		if a, b := idOf("c1", first), idOf("c1", first.Add(30*time.Second)); a != b {
+			t.Errorf("a retry sent 30 s later got id %q, the first delivery %q", b, a)
+		}
+		if a, b := idOf("c1", first), idOf("c2", first); a == b {
+			t.Errorf("two events (other oauthClientId) share the id %q", a)
+		}
 	})
 }
 

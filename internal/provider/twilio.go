@@ -147,6 +147,7 @@ func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, s
 			parts = append(parts, []byte(name), []byte(value))
 		}
 	}
+	fields := bytes.Join(parts[1:], nil)
 	matched := false
 	for _, u := range v.urls {
 		parts[0] = []byte(u)
@@ -158,15 +159,39 @@ func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, s
 	if !matched {
 		return nil, signature.Fail(signature.ReasonMismatch, "no active secret produces the signature in %s over the signed URL and the form fields", HeaderTwilioSignature)
 	}
+	if v.spellsJSON(string(parts[0]), fields) {
+		return nil, signature.Fail(signature.ReasonMalformedHeader, "the form's signed text is that of a JSON delivery (a URL with bodySHA256): Twilio sends no such form")
+	}
 	// The raw form bytes are not what is signed: the same fields reordered, re-encoded, or
 	// with the boundaries between names and values moved verify too. The digest is of
 	// the signed text after the URL, which all of them share.
-	signed := map[string]string{signature.SignedDigest: signature.BodyDigest(bytes.Join(parts[1:], nil))}
+	signed := map[string]string{signature.SignedDigest: signature.BodyDigest(fields)}
 	doc, err := twilioFormDocument(form, names)
 	if err != nil {
 		return signature.Unreadable(req.Now, err, signed), nil
 	}
 	return signature.NewVerified(req.Now, []json.RawMessage{doc}, signed), nil
+}
+
+// spellsJSON reports whether a form's signed text, u followed by its fields, is also
+// the signed text of a JSON delivery: a URL variant, "?" or "&", "bodySHA256=" and 64
+// lower-case hex digits. The field boundaries are not signed, and a URL variant may be
+// another's prefix (https://host and https://host:443), so a form can be built to spell
+// it (one field named ":443?bodySHA256=" whose value is the hex): the signature of a
+// captured JSON delivery would then verify a form of the attacker's making.
+func (v *twilioVerifier) spellsJSON(u string, fields []byte) bool {
+	text := u + string(fields)
+	for _, w := range v.urls {
+		sep := "?"
+		if strings.Contains(w, "?") {
+			sep = "&"
+		}
+		hexDigest, ok := strings.CutPrefix(text, w+sep+"bodySHA256=")
+		if ok && len(hexDigest) == 2*sha256.Size && strings.Trim(hexDigest, "0123456789abcdef") == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // twilioFormDocument renders the verified form as one JSON object, keys sorted.

@@ -228,6 +228,25 @@ func TestTwilioBodySHA256(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the JSON signature replayed as a form through another URL variant", func(t *testing.T) {
+		// signedURL with an explicit default port and no path: the port-less variant
+		// followed by one field named ":443?bodySHA256=" whose value is the hex spells the JSON delivery's
+		// signed text, with no field name starting like a query continuation.
+		sum := sha256.Sum256(body)
+		for _, configured := range []string{"https://sms.example.com:443", "http://sms.example.com:80"} {
+			sig := twilioSignJSON(twilioToken, configured, body)
+			v := twilioVerifierAt(t, configured)
+			if err := v.Verify(twilioRequest(string(body), sig)); err != nil {
+				t.Fatalf("%s: the JSON delivery itself does not verify: %v", configured, err)
+			}
+			port := configured[strings.LastIndexByte(configured, ':'):]
+			forged := url.Values{port + "?bodySHA256=": {hex.EncodeToString(sum[:])}}.Encode()
+			if got := signature.ReasonOf(v.Verify(twilioRequest(forged, sig))); got != signature.ReasonMalformedHeader {
+				t.Errorf("%s: the form %q under the JSON delivery's signature: reason %q, want %q",
+					configured, forged, got, signature.ReasonMalformedHeader)
+			}
+		}
+	})
 }
 
 func TestTwilioDuplicateFormField(t *testing.T) {
