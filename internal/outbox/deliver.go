@@ -3,6 +3,8 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,6 +162,8 @@ func (d *Dispatcher) describe(a attempt) string {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	switch {
+	case certificateProblem(err) != "":
+		msg = "the sink's TLS certificate " + certificateProblem(err)
 	case errors.As(err, &dnsErr):
 		// "lookup <host> on <server>: no such host"
 		msg = "lookup of the sink's host: " + dnsErr.Err
@@ -171,6 +175,30 @@ func (d *Dispatcher) describe(a attempt) string {
 		msg = err.Error()
 	}
 	return truncateText(redactSink(msg, d.opts.SinkURL), maxErrorLen)
+}
+
+// certificateProblem says what is wrong with a sink's TLS certificate, in words that
+// repeat nothing of it: x509's own messages list the names the certificate is valid
+// for, which are the sink's other host names. Empty when err is no certificate error.
+func certificateProblem(err error) string {
+	var hostErr x509.HostnameError
+	var authorityErr x509.UnknownAuthorityError
+	var invalidErr x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &hostErr):
+		return "is not valid for the sink's host name"
+	case errors.As(err, &authorityErr):
+		return "is signed by an unknown authority"
+	case errors.As(err, &invalidErr) && invalidErr.Reason == x509.Expired:
+		return "has expired or is not yet valid"
+	case errors.As(err, &invalidErr):
+		return "is not valid for a TLS server"
+	}
+	var verifyErr *tls.CertificateVerificationError
+	if errors.As(err, &verifyErr) {
+		return "did not verify"
+	}
+	return ""
 }
 
 // truncateText makes msg storable in a text column and at most n bytes long. An error
@@ -206,7 +234,11 @@ func redactSink(msg, sinkURL string) string {
 	return msg
 }
 
-// parseRetryAfter reads delay-seconds or an HTTP date; zero when absent or invalid.
+// maxRetryAfter caps the wait a sink's Retry-After can ask for.
+const maxRetryAfter = 24 * time.Hour
+
+// parseRetryAfter reads delay-seconds or an HTTP date, capped at maxRetryAfter; zero
+// when absent or invalid.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
@@ -217,16 +249,17 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if secs <= 0 {
 			return 0
 		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+		return time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), maxRetryAfter)
 	}
 	return 0
 }
 
 // backoff is the full-jitter delay after failed attempt n (1-based): uniform in
-// [0, min(max, initial*2^(n-1))], and at least the sink's Retry-After (capped by max).
+// [0, min(max, initial*2^(n-1))], and at least the sink's Retry-After, which may exceed
+// max: the sink said when it can take the row again (up to maxRetryAfter).
 func (d *Dispatcher) backoff(n int, retryAfter time.Duration) time.Duration {
 	ceiling := d.opts.BackoffMax
 	if n-1 < 62 {
@@ -235,5 +268,5 @@ func (d *Dispatcher) backoff(n int, retryAfter time.Duration) time.Duration {
 		}
 	}
 	delay := time.Duration(d.opts.Random() * float64(ceiling))
-	return min(max(delay, retryAfter), d.opts.BackoffMax)
+	return max(delay, retryAfter)
 }

@@ -1,9 +1,12 @@
 package outbox
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,10 +37,38 @@ func TestLastErrorNeverNamesTheSink(t *testing.T) {
 		{"failed lookup", named, &url.Error{Op: "Post", URL: named.opts.SinkURL, Err: &net.OpError{Op: "dial", Net: "tcp",
 			Err: &net.DNSError{Err: "no such host", Name: "fulfilment.shop.svc", Server: "10.96.0.10:53", IsNotFound: true}}},
 			"lookup of the sink's host: no such host"},
-		{"certificate for another name", named, &url.Error{Op: "Post", URL: named.opts.SinkURL,
-			Err: errors.New("tls: failed to verify certificate: x509: certificate is valid for other.example, not fulfilment.shop.svc")},
-			"tls: failed to verify certificate: x509: certificate is valid for other.example, not <sink>"},
 		{"status", d, nil, "sink answered 503"},
+	}
+	// Real TLS failures: x509's messages name what the certificate is valid for (the
+	// sink's other host names, here example.com), which last_error must not repeat.
+	tlsSink := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(tlsSink.Close)
+	trusting := x509.NewCertPool()
+	trusting.AddCert(tlsSink.Certificate())
+	for _, tc := range []struct {
+		name, url string
+		roots     *x509.CertPool
+		want      string
+	}{
+		{"certificate of an unknown authority", tlsSink.URL, nil, "the sink's TLS certificate is signed by an unknown authority"},
+		{"certificate for other names", strings.Replace(tlsSink.URL, "127.0.0.1", "localhost", 1), trusting,
+			"the sink's TLS certificate is not valid for the sink's host name"},
+	} {
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.roots}}}
+		resp, err := client.Post(tc.url, "application/json", strings.NewReader("{}"))
+		if err == nil {
+			_ = resp.Body.Close()
+			t.Fatalf("%s: the request to %s succeeded", tc.name, tc.url)
+		}
+		if !strings.Contains(err.Error(), "example.com") && tc.roots != nil {
+			t.Fatalf("%s: the TLS error %q does not name the certificate's hosts: the case shows nothing", tc.name, err)
+		}
+		cases = append(cases, struct {
+			name string
+			d    *Dispatcher
+			err  error
+			want string
+		}{tc.name, &Dispatcher{opts: Options{SinkURL: tc.url, Timeout: time.Second}}, err, tc.want})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +77,7 @@ func TestLastErrorNeverNamesTheSink(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("last_error = %q, want %q", got, tc.want)
 			}
-			for _, leak := range []string{"127.0.0.1", ":1", "secret", "fulfilment.shop.svc", "10.96.0.10", "/events"} {
+			for _, leak := range []string{"127.0.0.1", ":1", "secret", "fulfilment.shop.svc", "10.96.0.10", "/events", "example.com", "localhost"} {
 				if strings.Contains(got, leak) {
 					t.Errorf("last_error %q contains %q", got, leak)
 				}

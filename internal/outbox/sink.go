@@ -26,7 +26,10 @@ import (
 //   - one dispatcher at a time, across all replicas, sends one row as a probe: it takes
 //     the probe with a conditional UPDATE of the row (next_probe_at has passed and no
 //     other probe's lease, probe_until, runs), which also sets the next probe time; the
-//     delay doubles from BackoffInitial up to ProbeIntervalMax;
+//     delay doubles from BackoffInitial up to ProbeIntervalMax. A failed probe's row
+//     goes behind the rows already due, so the next probe takes the next due row: one
+//     row the sink always fails (a 500 on one payload) cannot be the only probe while
+//     the sink takes every other row;
 //   - a failure recorded while the sink is down does not count against the row's
 //     attempts and never dead-letters it, so a sink down for days leaves every row with
 //     the budget it had;

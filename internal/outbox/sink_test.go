@@ -72,8 +72,8 @@ func (o *outageSink) since(t time.Time) []request {
 
 // A sink down for a while, before two dispatchers: after SinkDownAfter unavailable
 // answers they hold the backlog and send one probe at a time, at most ProbeIntervalMax
-// apart; no row spends its attempts (the oldest row is probed far more often than
-// maxAttempts, and none is dead-lettered); the state is readable for the operator and
+// apart, each probe taking the next due row; no row spends its attempts (rows are probed
+// more often than maxAttempts, and none is dead-lettered); the state is readable for the operator and
 // the gauge says down. Once the sink answers, delivery resumes by itself, the backlog
 // drains and each key is delivered exactly once.
 func TestSinkDownHoldsRowsAndProbesOneAtATime(t *testing.T) {
@@ -109,8 +109,10 @@ func TestSinkDownHoldsRowsAndProbesOneAtATime(t *testing.T) {
 	}
 	// Requests claimed before the outage was known have finished well within this.
 	settled := time.Now().Add(3 * outageLatency)
-	testsupport.Eventually(t, 20*time.Second, 20*time.Millisecond, "probes during the outage", func() bool {
-		return len(o.since(settled)) >= 12
+	// Probes rotate over the 10 entities' first rows: 45 of them probe some row more
+	// than maxAttempts times.
+	testsupport.Eventually(t, 30*time.Second, 20*time.Millisecond, "probes during the outage", func() bool {
+		return len(o.since(settled)) >= 45
 	})
 	probes := o.since(settled)
 	for i := 1; i < len(probes); i++ {
@@ -204,4 +206,47 @@ func maxCount(m map[string]int) int {
 		return 0
 	}
 	return counts[len(counts)-1]
+}
+
+// One row the sink always fails (a 500 on one payload: a bug in the app, not an outage)
+// makes the sink look down once it alone has failed SinkDownAfter times. The probes
+// must then rotate to the other due rows, whose 2xx ends the outage, so other entities'
+// rows are delivered; and with traffic flowing the failing row spends its attempts and
+// is dead-lettered, for a person to see and re-drive, instead of being the only probe
+// forever with its attempts given back.
+func TestOneFailingRowDoesNotHoldTheSinkDown(t *testing.T) {
+	db := newTestDB(t)
+	bad := db.insert(t, outboxRow{Entity: "bad", Seq: 0})[0]
+	s := newSink(t, func(a arrival, _ int) int {
+		if a.Entity == "bad" {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	opts := db.options(t, s.srv.URL)
+	opts.MaxAttempts = 8
+	opts.BackoffInitial, opts.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+	opts.ProbeIntervalMax = 50 * time.Millisecond
+	opts.PollInterval = 20 * time.Millisecond
+	start(t, db.pool, opts)
+	ctx := context.Background()
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the failing row takes the sink down", func() bool {
+		h, err := ReadSinkHealth(ctx, db.pool, db.tables, testEndpoint)
+		return err == nil && h.Down
+	})
+
+	// Other entities' rows arrive, one at a time, while the sink is held down.
+	for seq := range 6 {
+		id := db.insert(t, outboxRow{Entity: fmt.Sprintf("good%d", seq), Seq: 0})[0]
+		testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond,
+			fmt.Sprintf("row %d of another entity delivered while one row fails", seq), func() bool {
+				return db.state(t, id).Delivered
+			})
+	}
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the failing row dead-lettered", func() bool {
+		return db.state(t, bad).Dead
+	})
+	if st := db.state(t, bad); st.Attempts != opts.MaxAttempts || st.LastError != "sink answered 500" {
+		t.Errorf("failing row: %+v, want %d attempts and the sink's answer", st, opts.MaxAttempts)
+	}
 }

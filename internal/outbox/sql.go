@@ -139,8 +139,10 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.p
 		// delivered, so a late worker whose lease expired cannot overwrite a newer
 		// claim's result, and a result is recorded at most once. An unavailable answer
 		// recorded while the sink is down (after this batch) gives the attempt back and
-		// never dead-letters the row, but the row is not due before the sink's
-		// Retry-After.
+		// never dead-letters the row; the row goes behind every row already due (and is
+		// not due before the sink's Retry-After), so the next probe takes another row and
+		// one row the sink always fails (a 500 on one payload) cannot hold the outage
+		// open while the sink takes every other row.
 		record: fmt.Sprintf(`
 WITH async AS (SELECT %[2]s),%[3]s,
 held AS (SELECT COALESCE((SELECT down FROM sink), false) AS down),
@@ -150,9 +152,8 @@ upd AS (
 		attempts     = CASE WHEN r.result = 'unsent' OR (r.unavailable AND held.down) THEN o.attempts - 1 ELSE o.attempts END,
 		delivered_at = CASE WHEN r.result = 'delivered' THEN now() END,
 		dead_at      = CASE WHEN r.result = 'dead' AND NOT (r.unavailable AND held.down) THEN now() ELSE o.dead_at END,
-		available_at = CASE WHEN r.unavailable AND held.down AND r.retry_after_us > 0
+		available_at = CASE WHEN r.unavailable AND held.down
 		                    THEN GREATEST(o.available_at, now() + r.retry_after_us * interval '1 microsecond')
-		                    WHEN r.unavailable AND held.down THEN o.available_at
 		                    WHEN r.result = 'retry' THEN now() + r.delay_us * interval '1 microsecond'
 		                    ELSE o.available_at END,
 		last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
