@@ -262,6 +262,15 @@ func (r *WebhookReceiverPoolReconciler) applyReceivers(ctx context.Context, pool
 	if err != nil {
 		return nil, err
 	}
+	np := rec.NetworkPolicy()
+	if rec.WantsNetworkPolicy() {
+		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, np)
+	} else {
+		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &networkingv1.NetworkPolicy{ObjectMeta: np.ObjectMeta})
+	}
+	if err != nil {
+		return nil, err
+	}
 	if hpa := rec.HorizontalPodAutoscaler(); hpa != nil {
 		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, hpa)
 	} else {
@@ -358,6 +367,7 @@ func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Owns(&networkingv1.Ingress{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		// What the pool renders comes from its endpoints' spec; of their status it lists
 		// only Ready. Other status writes (several per endpoint as it turns Ready) do not
 		// concern it: with 200 endpoints each one re-rendered all 200.

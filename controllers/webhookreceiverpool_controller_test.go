@@ -97,6 +97,20 @@ func (e *env) testReceiverPool(t *testing.T) {
 	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", resources.PoolEndpointsSecret(p.Name))))
 	g.Expect(*d.Spec.Replicas).To(Equal(int32(v1alpha1.DefaultReplicas)))
 	g.Expect(*d.Spec.Template.Spec.AutomountServiceAccountToken).To(BeFalse())
+	// The pool's pods are fenced as an endpoint's own are (spec.networkPolicy defaults
+	// to enabled), and the fence goes when the pool disables it.
+	np := &networkingv1.NetworkPolicy{}
+	g.Eventually(func() error {
+		return e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), np)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(np.Spec.PodSelector.MatchLabels).To(Equal(d.Spec.Selector.MatchLabels))
+	g.Expect(np.Spec.Ingress).To(HaveLen(2))
+	fence := client.MergeFrom(p.DeepCopy())
+	p.Spec.NetworkPolicy.Enabled = ptr.To(false)
+	g.Expect(e.k8s.Patch(e.ctx, p, fence)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), &networkingv1.NetworkPolicy{}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue(), "the pool's NetworkPolicy is removed when disabled")
 	for _, env := range d.Spec.Template.Spec.Containers[0].Env {
 		g.Expect(env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil).To(BeTrue(), "no Secret in the pool's env: %+v", env)
 	}

@@ -145,10 +145,7 @@ func (s *WebhookEndpointSpec) Default() {
 
 	pointerDefault(&s.Monitoring.ServiceMonitor.Enabled, DefaultEnabled)
 	pointerDefault(&s.Monitoring.PrometheusRule.Enabled, DefaultEnabled)
-	pointerDefault(&s.NetworkPolicy.Enabled, DefaultEnabled)
-	if eg := s.NetworkPolicy.Egress; eg != nil {
-		valueDefault(&eg.DatabasePort, DefaultDatabasePort)
-	}
+	s.NetworkPolicy.Default()
 
 	durationDefault(&s.Retention.PayloadFor, DefaultPayloadFor)
 	durationDefault(&s.Retention.DedupeFor, DefaultDedupeFor)
@@ -165,6 +162,15 @@ func (s *WebhookReceiverPoolSpec) Default() {
 	pointerDefault(&s.Replicas, DefaultReplicas)
 	if a := s.Autoscaling; a != nil {
 		a.Default()
+	}
+	s.NetworkPolicy.Default()
+}
+
+// Default fills the empty fields of a NetworkPolicySpec that have CRD defaults.
+func (n *NetworkPolicySpec) Default() {
+	pointerDefault(&n.Enabled, DefaultEnabled)
+	if eg := n.Egress; eg != nil {
+		valueDefault(&eg.DatabasePort, DefaultDatabasePort)
 	}
 }
 

@@ -90,10 +90,14 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 }
 
 // A WebhookReceiverPool's defaults, as the API server stores them, equal
-// WebhookReceiverPoolSpec.Default's, with and without autoscaling.
+// WebhookReceiverPoolSpec.Default's, with and without autoscaling and egress rules.
 func TestPoolDefaultsMatchTheAPIServer(t *testing.T) {
 	c, ctx := newClient(t)
-	for i, spec := range []v1alpha1.WebhookReceiverPoolSpec{{}, {Autoscaling: &v1alpha1.AutoscalingSpec{MaxReplicas: 5}}} {
+	for i, spec := range []v1alpha1.WebhookReceiverPoolSpec{
+		{},
+		{Autoscaling: &v1alpha1.AutoscalingSpec{MaxReplicas: 5}},
+		{NetworkPolicy: v1alpha1.NetworkPolicySpec{Egress: &v1alpha1.EgressSpec{}}},
+	} {
 		in := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-defaults-%d", i), Namespace: "default"}, Spec: spec}
 		want := spec.DeepCopy()
 		want.Default()

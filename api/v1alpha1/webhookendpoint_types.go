@@ -756,8 +756,8 @@ type NetworkPolicySpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 	// metricsFrom selects the namespaces allowed to scrape the metrics port (9090), e.g.
 	// {matchLabels: {kubernetes.io/metadata.name: monitoring}} for a Prometheus in the
-	// monitoring namespace. It replaces the default, pods of the endpoint's own namespace
-	// only; an empty selector admits every namespace.
+	// monitoring namespace. It replaces the default, pods of the endpoint's (or pool's)
+	// own namespace only; an empty selector admits every namespace.
 	// +optional
 	MetricsFrom *metav1.LabelSelector `json:"metricsFrom,omitempty"`
 	// egress, when set, limits the pods to DNS, the database and the sink.

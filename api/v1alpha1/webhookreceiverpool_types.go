@@ -63,6 +63,13 @@ type WebhookReceiverPoolSpec struct {
 	// rewritten away and an Ingress's is /. Members' status.url is then public.
 	// +optional
 	Exposure *ExposureSpec `json:"exposure,omitempty"`
+	// networkPolicy fences the pool's receiver pods as an endpoint's own are fenced:
+	// webhooks from anywhere, metrics from the pool's namespace (or metricsFrom), and
+	// with egress only DNS, the database port and the sinks. The egress CIDRs and ports
+	// must cover every member's database and sink.
+	// +kubebuilder:default={enabled: true}
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
 }
 
 // PoolMember is one endpoint a pool serves, as the pool's status lists it.

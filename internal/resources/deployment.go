@@ -58,9 +58,10 @@ func receiverEnv(ep *v1alpha1.WebhookEndpoint, opts Options) []corev1.EnvVar {
 // Receivers describes one Deployment of receiver pods and the objects around it:
 // an endpoint's own (EndpointReceivers) or a pool's (PoolReceivers). The builders
 // below (Deployment, Service, ServiceAccount, PodDisruptionBudget,
-// HorizontalPodAutoscaler) read only this, so both are built by the same code.
+// HorizontalPodAutoscaler, NetworkPolicy) read only this, so both are built by the
+// same code.
 type Receivers struct {
-	// Name of the Deployment, Service, ServiceAccount, PDB and HPA.
+	// Name of the Deployment, Service, ServiceAccount, PDB, HPA and NetworkPolicy.
 	Name, Namespace string
 	// Labels go on every object; Selector selects the pods (immutable).
 	Labels, Selector map[string]string
@@ -79,6 +80,8 @@ type Receivers struct {
 	FSGroup *int64
 	// ConfigHash, when set, annotates the pod template so a change rolls the pods.
 	ConfigHash string
+	// NetworkPolicySpec fences the pods (NetworkPolicy).
+	NetworkPolicySpec v1alpha1.NetworkPolicySpec
 }
 
 // EndpointReceivers are ep's own receivers: the rendered config and the Secret keys in
@@ -98,6 +101,8 @@ func EndpointReceivers(ep *v1alpha1.WebhookEndpoint, opts Options) Receivers {
 		Resources:   receiverResources(ep.Spec.Receiver.Resources),
 		Env:         receiverEnv(ep, opts),
 		ConfigHash:  opts.ConfigHash,
+
+		NetworkPolicySpec: ep.Spec.NetworkPolicy,
 	}
 }
 

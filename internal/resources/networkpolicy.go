@@ -13,7 +13,12 @@ import (
 
 // WantsNetworkPolicy reports whether ep's receiver pods are fenced.
 func WantsNetworkPolicy(ep *v1alpha1.WebhookEndpoint) bool {
-	return ep.Spec.NetworkPolicy.IsEnabled()
+	return EndpointReceivers(ep, Options{}).WantsNetworkPolicy()
+}
+
+// WantsNetworkPolicy reports whether the receiver pods are fenced.
+func (r Receivers) WantsNetworkPolicy() bool {
+	return r.NetworkPolicySpec.IsEnabled()
 }
 
 func tcpPort(p int32) networkingv1.NetworkPolicyPort {
@@ -30,23 +35,26 @@ func cidrPeers(cidrs []string) []networkingv1.NetworkPolicyPeer {
 	return peers
 }
 
+// NetworkPolicy fences ep's receiver pods.
+func NetworkPolicy(ep *v1alpha1.WebhookEndpoint) *networkingv1.NetworkPolicy {
+	return EndpointReceivers(ep, Options{}).NetworkPolicy()
+}
+
 // NetworkPolicy admits webhooks on the webhook port from anywhere (providers call from
 // the internet, through whatever ingress) and metrics only from the namespaces selected
-// by spec.networkPolicy.metricsFrom, or from the endpoint's own namespace when unset.
-// With spec.networkPolicy.egress the pods may only reach DNS, the database and the sink.
-func NetworkPolicy(ep *v1alpha1.WebhookEndpoint) *networkingv1.NetworkPolicy {
-	np := ep.Spec.NetworkPolicy
+// by metricsFrom, or from the receivers' own namespace when unset. With egress the pods
+// may only reach DNS, the database and the sink.
+func (r Receivers) NetworkPolicy() *networkingv1.NetworkPolicy {
+	np := r.NetworkPolicySpec
 	metricsPeer := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{}}
 	if np.MetricsFrom != nil {
 		metricsPeer = networkingv1.NetworkPolicyPeer{NamespaceSelector: np.MetricsFrom.DeepCopy()}
 	}
 	policy := &networkingv1.NetworkPolicy{
-		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: ReceiverName(ep), Namespace: ep.Namespace, Labels: Labels(ep, ComponentReceiver),
-		},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: r.objectMeta(),
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: SelectorLabels(ep)},
+			PodSelector: metav1.LabelSelector{MatchLabels: r.Selector},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
 				{Ports: []networkingv1.NetworkPolicyPort{tcpPort(config.WebhookPort)}},

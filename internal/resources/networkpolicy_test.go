@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"maps"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,5 +75,38 @@ func TestNetworkPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pool's receivers are fenced like an endpoint's own: the policy selects exactly the
+// pool's pods, is named and labelled as the pool's other objects, and follows the
+// pool's spec.networkPolicy (on unless disabled).
+func TestPoolNetworkPolicy(t *testing.T) {
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "hooks"}}
+	rec := PoolReceivers(pool, Options{})
+	if !rec.WantsNetworkPolicy() {
+		t.Fatal("a pool without spec.networkPolicy must be fenced (the CRD default is enabled)")
+	}
+	p := rec.NetworkPolicy()
+	if p.Name != PoolName("shared") || p.Namespace != "hooks" || p.Labels[LabelComponent] != ComponentPoolReceiver {
+		t.Errorf("policy meta = %s/%s %v, want the pool's name, namespace and labels", p.Namespace, p.Name, p.Labels)
+	}
+	if got, want := p.Spec.PodSelector.MatchLabels, rec.Deployment().Spec.Selector.MatchLabels; !maps.Equal(got, want) {
+		t.Errorf("pod selector = %v, want the pool Deployment's %v", got, want)
+	}
+	if len(p.Spec.Ingress) != 2 || len(p.Spec.Ingress[0].From) != 0 || p.Spec.Ingress[1].From[0].PodSelector == nil {
+		t.Errorf("ingress = %+v, want webhooks from anywhere and metrics from the pool's namespace", p.Spec.Ingress)
+	}
+	if len(p.Spec.Egress) != 0 {
+		t.Errorf("egress = %+v, want none without spec.networkPolicy.egress", p.Spec.Egress)
+	}
+
+	pool.Spec.NetworkPolicy.Egress = &v1alpha1.EgressSpec{DatabaseCIDRs: []string{"10.0.0.0/24"}, SinkPorts: []int32{8080}}
+	if p := PoolReceivers(pool, Options{}).NetworkPolicy(); len(p.Spec.Egress) != 3 || p.Spec.Egress[1].Ports[0].Port.IntValue() != 5432 {
+		t.Errorf("egress = %+v, want DNS, the database on the default port and the sink port", p.Spec.Egress)
+	}
+	pool.Spec.NetworkPolicy.Enabled = ptr.To(false)
+	if PoolReceivers(pool, Options{}).WantsNetworkPolicy() {
+		t.Error("spec.networkPolicy.enabled: false must remove the pool's policy")
 	}
 }

@@ -27,7 +27,7 @@ const PoolEndpointsDir = "/etc/hookkeeper/endpoints"
 
 const poolEndpointsVolume = "endpoints"
 
-// PoolName names the Deployment, Service, ServiceAccount, PDB and HPA of the pool
+// PoolName names the Deployment, Service, ServiceAccount, PDB, HPA and NetworkPolicy of the pool
 // named pool.
 func PoolName(pool string) string {
 	return boundedName(pool, "-pool")
@@ -114,6 +114,8 @@ func PoolReceivers(pool *v1alpha1.WebhookReceiverPool, opts Options) Receivers {
 		}},
 		Mounts:  []corev1.VolumeMount{{Name: poolEndpointsVolume, MountPath: PoolEndpointsDir, ReadOnly: true}},
 		FSGroup: ptr.To[int64](runAsID),
+
+		NetworkPolicySpec: spec.NetworkPolicy,
 	}
 }
 
