@@ -253,32 +253,27 @@ func (r *WebhookReceiverPoolReconciler) applyReceivers(ctx context.Context, pool
 	if _, err := applyOwned(ctx, r.Client, r.Scheme, pool, rec.Service()); err != nil {
 		return nil, err
 	}
-	pdb := rec.PodDisruptionBudget()
-	if rec.WantsPDB() {
-		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, pdb)
-	} else {
-		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &policyv1.PodDisruptionBudget{ObjectMeta: pdb.ObjectMeta})
-	}
-	if err != nil {
-		return nil, err
-	}
-	np := rec.NetworkPolicy()
-	if rec.WantsNetworkPolicy() {
-		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, np)
-	} else {
-		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &networkingv1.NetworkPolicy{ObjectMeta: np.ObjectMeta})
-	}
-	if err != nil {
-		return nil, err
-	}
-	if hpa := rec.HorizontalPodAutoscaler(); hpa != nil {
-		_, err = applyOwned(ctx, r.Client, r.Scheme, pool, hpa)
-	} else {
-		err = deleteIfOwned(ctx, r.Client, r.reader(), pool, &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{Name: rec.Name, Namespace: rec.Namespace}})
-	}
-	if err != nil {
-		return nil, err
+	// The optional objects are applied when wanted and removed, if the pool owns them,
+	// when not.
+	hpa := rec.HorizontalPodAutoscaler()
+	for _, o := range []struct {
+		want          bool
+		desired, kind client.Object
+	}{
+		{rec.WantsPDB(), rec.PodDisruptionBudget(), &policyv1.PodDisruptionBudget{}},
+		{rec.WantsNetworkPolicy(), rec.NetworkPolicy(), &networkingv1.NetworkPolicy{}},
+		{hpa != nil, hpa, &autoscalingv2.HorizontalPodAutoscaler{}},
+	} {
+		if o.want {
+			_, err = applyOwned(ctx, r.Client, r.Scheme, pool, o.desired)
+		} else {
+			o.kind.SetName(rec.Name)
+			o.kind.SetNamespace(rec.Namespace)
+			err = deleteIfOwned(ctx, r.Client, r.reader(), pool, o.kind)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	// The applied object carries the last status the API server had; read the cached
 	// one for availability, which the Deployment watch keeps current.

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
@@ -373,25 +372,6 @@ func (s *contractSink) checkOnce(t *testing.T) {
 			t.Errorf("delivery %s: signature does not verify: %s", d.key, d.sigNote)
 		}
 	}
-}
-
-func contractConn(t *testing.T, dbURL string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
-func contractCount(t *testing.T, conn *pgx.Conn, q string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := conn.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return n
 }
 
 var contractEventSeq atomic.Int64
