@@ -2,11 +2,15 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -20,8 +24,13 @@ func (r *WebhookEndpointReconciler) apply(ctx context.Context, ep *v1alpha1.Webh
 // applyOwned server-side applies obj (a fully specified desired object from
 // internal/resources) under FieldOwner with owner as its controller owner, and returns
 // the live object as the API server answered. Applying an unchanged object is a no-op
-// on the server: the resourceVersion does not move.
+// on the server: the resourceVersion does not move. An object of that name that owner
+// does not control (an app's own Service or Ingress, say) is never taken over: the
+// apply fails with a *NotOwnedError instead.
 func applyOwned(ctx context.Context, c client.Client, scheme *runtime.Scheme, owner, obj client.Object) (*unstructured.Unstructured, error) {
+	if err := checkNotForeign(ctx, c, scheme, owner, obj); err != nil {
+		return nil, err
+	}
 	if err := controllerutil.SetControllerReference(owner, obj, scheme); err != nil {
 		return nil, fmt.Errorf("set owner of %T %s: %w", obj, obj.GetName(), err)
 	}
@@ -34,6 +43,50 @@ func applyOwned(ctx context.Context, c client.Client, scheme *runtime.Scheme, ow
 		return nil, fmt.Errorf("apply %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return u, nil
+}
+
+// NotOwnedError says an object the operator would write exists and belongs to someone
+// else. Server-side apply with forced ownership would take its fields over, and the
+// controller reference would make the garbage collector delete it with the owner.
+type NotOwnedError struct {
+	Kind, Namespace, Name string
+	// Owner names the owner's kind.
+	Owner string
+}
+
+func (e *NotOwnedError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not managed by this %s; rename or delete it, "+
+		"the operator does not take over objects it did not create", e.Kind, e.Namespace, e.Name, e.Owner)
+}
+
+// checkNotForeign returns a *NotOwnedError when obj exists and owner does not control
+// it. Typed objects are read from the manager's cache (their kinds are watched), others
+// from the API server.
+func checkNotForeign(ctx context.Context, c client.Client, scheme *runtime.Scheme, owner, obj client.Object) error {
+	live, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("copy %T %s", obj, obj.GetName())
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		if apierrors.IsNotFound(err) || isNotInstalled(err) {
+			return nil
+		}
+		return fmt.Errorf("get %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+	if metav1IsControlledBy(live, owner) {
+		return nil
+	}
+	e := &NotOwnedError{Kind: obj.GetObjectKind().GroupVersionKind().Kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	if gvk, err := apiutil.GVKForObject(owner, scheme); err == nil {
+		e.Owner = gvk.Kind
+	}
+	return e
+}
+
+// isNotOwned reports whether err is (or wraps) a *NotOwnedError.
+func isNotOwned(err error) bool {
+	var e *NotOwnedError
+	return errors.As(err, &e)
 }
 
 // toApplyObject converts obj into an apply configuration: no status (the server owns

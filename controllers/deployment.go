@@ -106,6 +106,12 @@ func (r *WebhookEndpointReconciler) receiverAvailability(ctx context.Context, st
 	}
 	s := d.Status
 	switch {
+	case want == 0:
+		// Nothing receives: providers' deliveries fail until replicas are raised, so the
+		// endpoint is not Ready, whatever "0 of 0 available" would suggest.
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonScaledToZero,
+			fmt.Sprintf("Deployment %s is scaled to zero (spec.receiver.replicas: 0): no receiver runs and "+
+				"providers' webhooks are not answered; set replicas to 1 or more", d.Name))
 	case s.ObservedGeneration < d.Generation || s.UpdatedReplicas < want:
 		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
 			fmt.Sprintf("Deployment %s is rolling out: %d of %d replicas updated", d.Name, s.UpdatedReplicas, want))

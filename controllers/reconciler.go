@@ -108,7 +108,9 @@ func (r *WebhookEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	err := r.reconcileSteps(ctx, st)
 	if err != nil {
 		logger.V(1).Info("reconcile step failed, will retry", "error", err.Error())
+		st.failed = err
 	}
+	r.failedStepEvent(st)
 	statusErr := r.patchStatus(ctx, st)
 	if err := errors.Join(err, statusErr); err != nil {
 		return ctrl.Result{}, err
@@ -203,6 +205,10 @@ type state struct {
 	// db reads the endpoint's database; closed when the reconcile ends.
 	db        endpointDB
 	requeueAt time.Time
+	// failed is the error of a step that could not complete (the API server refused an
+	// apply, an object of that name belongs to someone else): Ready says it, not only
+	// the operator's log.
+	failed error
 }
 
 func newState(ep *v1alpha1.WebhookEndpoint, now time.Time) *state {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,13 @@ const (
 	ReasonSinkAnswering    = "SinkAnswering"
 	ReasonSinkDown         = "SinkDown"
 	ReasonSinkStateUnknown = "SinkStateUnknown"
+	// ReasonScaledToZero: spec.receiver.replicas is 0, so nothing receives webhooks.
+	ReasonScaledToZero = "ScaledToZero"
+	// ReasonNotOwned: an object the operator would create exists and is someone else's.
+	ReasonNotOwned = "NotOwned"
+	// ReasonStepFailed: a reconcile step failed (the API server refused a write); it is
+	// retried with backoff.
+	ReasonStepFailed = "ReconcileStepFailed"
 )
 
 // oneLine folds a message (an error, a pod's termination or scheduling message) onto one
@@ -68,6 +76,8 @@ var stalledReasons = map[string]bool{
 	ReasonMigrationFailed: true,
 	ReasonGatewayMissing:  true,
 	ReasonRouteRejected:   true,
+	ReasonNotOwned:        true,
+	ReasonScaledToZero:    true,
 }
 
 // setCondition records a condition for the current generation.
@@ -131,6 +141,10 @@ func (st *state) summarize() {
 			break
 		}
 	}
+	// A step that failed outranks the conditions: those after it were not evaluated.
+	if st.failed != nil {
+		blocking = st.failedCondition()
+	}
 	// SinkHealthy holds Ready back only when False for this generation: a sink that is
 	// down means effects are not reaching the app, and it converges by itself once the
 	// sink answers (Reconciling). Unknown (the operator cannot read the database the
@@ -155,6 +169,29 @@ func (st *state) summarize() {
 	}
 	st.setCondition(v1alpha1.ConditionReconciling, metav1.ConditionTrue, blocking.Reason, msg)
 	meta.RemoveStatusCondition(&ep.Status.Conditions, v1alpha1.ConditionStalled)
+}
+
+// failedCondition describes st.failed as the condition that holds Ready back.
+func (st *state) failedCondition() *metav1.Condition {
+	reason := ReasonStepFailed
+	if isNotOwned(st.failed) {
+		reason = ReasonNotOwned
+	}
+	return &metav1.Condition{Type: "Reconcile", Status: metav1.ConditionFalse, Reason: reason, Message: oneLine(st.failed.Error())}
+}
+
+// failedStepEvent records a Warning Event when a step starts failing, or fails for
+// another reason than the last reconcile's.
+func (r *WebhookEndpointReconciler) failedStepEvent(st *state) {
+	if st.failed == nil {
+		return
+	}
+	c := st.failedCondition()
+	if prev := st.previous(v1alpha1.ConditionReady); prev != nil && prev.Status == metav1.ConditionFalse &&
+		prev.Reason == c.Reason && prev.Message == c.Type+": "+c.Message {
+		return
+	}
+	r.event(st.ep, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
 }
 
 // patchStatus writes the status once per reconcile, and not at all when nothing changed,

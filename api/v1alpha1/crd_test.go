@@ -142,6 +142,11 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 		{"unknown provider", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Provider.Type = "PayPal"
 		}, []string{"Unsupported value", "PayPal"}},
+		// A name with a dot is a valid object name but cannot name the receivers'
+		// Service: the endpoint would report Ready with no Service behind its URL.
+		{"a name with a dot", func(w *v1alpha1.WebhookEndpoint) {
+			w.Name = "orders.v2-" + w.Name
+		}, []string{"metadata.name must be lower-case letters, digits and '-'", "it also names the receivers' Service"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -286,4 +287,18 @@ func jsonDiff(t *testing.T, a, b any) string {
 		last = k
 	}
 	return sb.String()
+}
+
+// A pool's name names its Service too: a dotted name is refused at admission.
+func TestPoolNameMustNameAService(t *testing.T) {
+	c, ctx := newClient(t)
+	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared.eu", Namespace: "default"}}
+	err := c.Create(ctx, pool)
+	if err == nil {
+		_ = c.Delete(context.Background(), pool)
+		t.Fatal("admission accepted a pool named shared.eu")
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name must be lower-case letters") {
+		t.Errorf("create: %v, want Invalid naming metadata.name", err)
+	}
 }

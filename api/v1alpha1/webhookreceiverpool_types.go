@@ -130,6 +130,9 @@ type WebhookReceiverPoolStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=whpool
+// The name also names the receivers' Service, which must be a DNS-1035 label: lower-case
+// letters, digits and '-', starting with a letter (no dots).
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be lower-case letters, digits and '-', start with a letter and end with a letter or digit (no dots): it also names the receivers' Service"
 // +kubebuilder:printcolumn:name="Endpoints",type=integer,JSONPath=`.status.endpointCount`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.readyReplicas`

@@ -377,6 +377,9 @@ func validateDelivery(spec *v1alpha1.WebhookEndpointSpec) error {
 	case d.Sink.URL != "":
 		if err := httpURL(d.Sink.URL); err != nil {
 			errs = append(errs, expr.Errorf(f+".sink.url", "%v", err))
+		} else if u, _ := url.Parse(d.Sink.URL); isMetadataHost(u.Hostname()) {
+			errs = append(errs, expr.Errorf(f+".sink.url", "names a cloud instance-metadata address (%s), "+
+				"which is never a sink: events would be posted to the node's credentials service", u.Hostname()))
 		}
 	case d.Sink.ServiceRef.Name == "":
 		errs = append(errs, expr.Errorf(f+".sink.serviceRef.name", "is required"))

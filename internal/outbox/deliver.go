@@ -11,12 +11,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
@@ -66,6 +69,8 @@ func (d *Dispatcher) newHTTPClient() *http.Client {
 		DialContext: (&net.Dialer{
 			Timeout:   5 * time.Second,
 			KeepAlive: 30 * time.Second,
+			// Whatever name resolved to it, an instance-metadata address is never dialled.
+			Control: refuseMetadataAddress,
 		}).DialContext,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConns:        d.opts.Concurrency,
@@ -79,6 +84,19 @@ func (d *Dispatcher) newHTTPClient() *http.Client {
 		// is a failed attempt.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// errMetadataAddress: the sink's name resolved to an instance-metadata address.
+var errMetadataAddress = errors.New("the sink resolves to a cloud instance-metadata address, which is never dialled")
+
+// refuseMetadataAddress is the dialer's Control: it runs before each connect, with the
+// address the name resolved to.
+func refuseMetadataAddress(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err == nil && config.IsMetadataAddress(ap.Addr()) {
+		return errMetadataAddress
+	}
+	return nil
 }
 
 // envelope renders the delivery body of r.

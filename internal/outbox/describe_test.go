@@ -113,3 +113,24 @@ func TestLastErrorIsStorableText(t *testing.T) {
 		})
 	}
 }
+
+// The dispatcher's own client never connects to an instance-metadata address, whatever
+// the sink's name resolved to (config validation refuses only literal ones): the dial
+// fails before any packet is sent, and last_error says why without the address.
+func TestDispatcherNeverDialsMetadataAddresses(t *testing.T) {
+	for _, sink := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fe80::1]:8080/hooks"} {
+		d := &Dispatcher{opts: Options{SinkURL: sink, Concurrency: 1, Timeout: time.Second}}
+		resp, err := d.newHTTPClient().Post(sink, "application/json", strings.NewReader("{}"))
+		if err == nil {
+			_ = resp.Body.Close()
+			t.Fatalf("%s: the request was sent", sink)
+		}
+		if !errors.Is(err, errMetadataAddress) {
+			t.Fatalf("%s: %v, want the dial refused before connecting", sink, err)
+		}
+		got := d.describe(attempt{sent: true, err: err})
+		if !strings.Contains(got, "instance-metadata") || strings.Contains(got, "169.254") || strings.Contains(got, "fe80") {
+			t.Errorf("%s: last_error = %q, want the reason without the address", sink, got)
+		}
+	}
+}
