@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,10 +62,35 @@ func recordEvent(rec events.EventRecorder, obj runtime.Object, eventType, reason
 // make the API server reject the Event.
 const maxEventNote = 1000
 
+// imageAllowed reports whether a spec's image override may run: unset, the operator's
+// own receiver image, or one of AllowedImages.
+func (o Options) imageAllowed(image string) bool {
+	if image == "" || image == o.ReceiverImage {
+		return true
+	}
+	for _, a := range o.AllowedImages {
+		if prefix, ok := strings.CutSuffix(a, "*"); ok && strings.HasPrefix(image, prefix) || a == image {
+			return true
+		}
+	}
+	return false
+}
+
+// imageNotAllowed is the message for an image override the operator does not allow.
+func imageNotAllowed(field, image string) string {
+	return fmt.Sprintf("%s %q is not an image this operator runs: receiver and migration pods get the Secrets "+
+		"the endpoint names, so only the operator's own image and those its administrator allowed "+
+		"(--allowed-receiver-images) may run them; remove the field to use the operator's image", field, image)
+}
+
 // reconcileConfig checks what admission cannot (CEL compiles, templates parse) and
 // renders the receiver's view of the endpoint.
 func (r *WebhookEndpointReconciler) reconcileConfig(_ context.Context, st *state) error {
-	if err := r.validate(st.ep); err != nil {
+	err := r.validate(st.ep)
+	if err == nil && !r.Options.imageAllowed(st.ep.Spec.Receiver.Image) {
+		err = errors.New(imageNotAllowed("spec.receiver.image", st.ep.Spec.Receiver.Image))
+	}
+	if err != nil {
 		msg := err.Error()
 		if st.transitioned(v1alpha1.ConditionConfigValid, metav1.ConditionFalse, ReasonInvalidConfig) {
 			r.event(st.ep, corev1.EventTypeWarning, EventConfigInvalid, "Validate", "%s", msg)

@@ -1,10 +1,14 @@
 package controllers_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -79,50 +83,72 @@ func (e *env) testForeignObjectsAreNotTakenOver(t *testing.T) {
 	g.Expect(liveIngress.Spec.DefaultBackend.Service.Name).To(Equal("storefront"))
 }
 
-// testFailedStepIsReported: a write the API server refuses (a Deployment of the
-// receiver's name whose immutable selector differs, left by someone else's controller
-// after its owner reference was removed) reaches Ready and a Warning Event with the
-// step and the API server's words, not only the operator's log.
+// testFailedStepIsReported: a write the API server refuses (here a
+// ValidatingAdmissionPolicy of the cluster's admins forbids NetworkPolicies in the
+// namespace) reaches Ready and a Warning Event with the step and the API server's
+// words, not only the operator's log, and clears once the write goes through.
 func (e *env) testFailedStepIsReported(t *testing.T) {
 	g := NewWithT(t)
 	ns := e.namespace(t)
 	e.withSecrets(t, ns)
-	ep := e.create(t, validEndpoint(ns, "legacy"))
-	e.migrated(t, ep)
-	d := &appsv1.Deployment{}
-	g.Eventually(func() error {
-		return e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.ReceiverName(ep)}, d)
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	// Delete it and put back one with another selector, owned by the endpoint (so
-	// ownership is not the problem): the apply must change an immutable field.
-	g.Expect(e.k8s.Delete(e.ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
-	labels := map[string]string{"app": "legacy-orders"}
-	replaced := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: ns, OwnerReferences: d.OwnerReferences},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "legacy:1"}}},
-			},
+	name := "freeze-netpol-" + ns
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule: admissionv1.Rule{APIGroups: []string{"networking.k8s.io"}, APIVersions: []string{"v1"},
+						Resources: []string{"networkpolicies"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "network policies are frozen in this namespace"}},
 		},
 	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}
+	for _, obj := range []client.Object{policy, binding} {
+		g.Expect(e.k8s.Create(e.ctx, obj)).To(Succeed())
+		t.Cleanup(func() { _ = e.k8s.Delete(context.Background(), obj) })
+	}
+	// The policy is in force once a NetworkPolicy of the namespace is refused.
 	g.Eventually(func() error {
-		err := e.k8s.Create(e.ctx, replaced)
-		if apierrors.IsAlreadyExists(err) {
-			return err // the old one is still being deleted, or the operator re-created it
+		probe := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns}}
+		if err := e.k8s.Create(e.ctx, probe); err == nil {
+			_ = e.k8s.Delete(e.ctx, probe)
+			return errors.New("the admission policy is not in force yet")
 		}
 		return nil
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	e.touch(t, ep)
+
+	ep := e.create(t, validEndpoint(ns, "frozen"))
+	e.migrated(t, ep)
 	g.Eventually(func(g Gomega) {
 		cur := e.endpoint(g, ep)
 		ready := condition(cur, v1alpha1.ConditionReady)
 		g.Expect(ready.Reason).To(Equal(controllers.ReasonStepFailed), "Ready: %+v", ready)
-		g.Expect(ready.Message).To(And(ContainSubstring("deployment: apply Deployment"), ContainSubstring("immutable")))
+		g.Expect(ready.Message).To(And(ContainSubstring("network policy: apply NetworkPolicy"),
+			ContainSubstring("network policies are frozen in this namespace")))
 		g.Expect(condition(cur, v1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	e.expectEvent(t, ep, corev1.EventTypeWarning, controllers.ReasonStepFailed, "immutable")
+	e.expectEvent(t, ep, corev1.EventTypeWarning, controllers.ReasonStepFailed, "network policies are frozen")
+
+	// The admins lift the freeze: the retried step goes through and the reason clears.
+	g.Expect(e.k8s.Delete(e.ctx, binding)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		e.makeAvailable(t, ep)
+		ready := condition(e.endpoint(g, ep), v1alpha1.ConditionReady)
+		g.Expect(ready.Reason).NotTo(Equal(controllers.ReasonStepFailed), "Ready: %+v", ready)
+		g.Expect(e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.ReceiverName(ep)}, &networkingv1.NetworkPolicy{})).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }
 
 // testScaledToZeroIsNotReady: spec.receiver.replicas 0 is allowed (Minimum 0), but with
@@ -148,15 +174,49 @@ func (e *env) testScaledToZeroIsNotReady(t *testing.T) {
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }
 
+// testImageOverrideNeedsAllowing: spec.receiver.image puts the Secrets the endpoint
+// names into a pod running that image, so whoever may edit endpoints could read any
+// Secret of the namespace with an image of their own. An image the operator does not
+// allow (--allowed-receiver-images) stops the endpoint at ConfigValid, before any Job
+// or pod; an allowed one (a prefix entry) runs.
+func (e *env) testImageOverrideNeedsAllowing(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withSecrets(t, ns)
+	ep := validEndpoint(ns, "exfil")
+	ep.Spec.Receiver.Image = "attacker.example/exfil:1"
+	ep = e.create(t, ep)
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionConfigValid, metav1.ConditionFalse, controllers.ReasonInvalidConfig)
+	g.Expect(condition(cur, v1alpha1.ConditionConfigValid).Message).To(And(
+		ContainSubstring(`spec.receiver.image "attacker.example/exfil:1" is not an image this operator runs`),
+		ContainSubstring("--allowed-receiver-images")))
+	g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.MigrationJobName(ep)}, &batchv1.Job{}))).
+		To(BeTrue(), "no migration Job for a refused image")
+	g.Expect(apierrors.IsNotFound(e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.ReceiverName(ep)}, &appsv1.Deployment{}))).
+		To(BeTrue(), "no Deployment for a refused image")
+
+	allowed := validEndpoint(ns, "pinned-ok")
+	allowed.Spec.Receiver.Image = "registry.example/hookkeeper-receiver:v1.2.3"
+	allowed = e.create(t, allowed)
+	e.waitCondition(t, allowed, v1alpha1.ConditionConfigValid, metav1.ConditionTrue, controllers.ReasonValid)
+}
+
 // expectEvent waits for an Event about ep of type and reason whose note contains text.
 func (e *env) expectEvent(t *testing.T, ep *v1alpha1.WebhookEndpoint, eventType, reason, text string) {
 	t.Helper()
+	e.expectEventOn(t, ep.Namespace, ep.Name, eventType, reason, text)
+}
+
+// expectEventOn waits for an Event about the object named name in ns, of type and
+// reason, whose note contains text.
+func (e *env) expectEventOn(t *testing.T, ns, name, eventType, reason, text string) {
+	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {
 		var list eventsv1.EventList
-		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ep.Namespace))).To(Succeed())
+		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
 		var notes []string
 		for _, ev := range list.Items {
-			if ev.Regarding.Name == ep.Name && ev.Type == eventType && ev.Reason == reason {
+			if ev.Regarding.Name == name && ev.Type == eventType && ev.Reason == reason {
 				notes = append(notes, ev.Note)
 			}
 		}

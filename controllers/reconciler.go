@@ -32,6 +32,12 @@ const FieldOwner = "hookkeeper"
 type Options struct {
 	// ReceiverImage runs the receiver and migration pods unless an endpoint overrides it.
 	ReceiverImage string
+	// AllowedImages are the other images an endpoint's spec.receiver.image or a pool's
+	// spec.image may name (the manager's --allowed-receiver-images); an entry ending in
+	// '*' allows every image it is a prefix of. Empty allows ReceiverImage only: the
+	// receiver and migration pods get the Secrets the endpoint names, so an image chosen
+	// by whoever may edit endpoints would read them.
+	AllowedImages []string
 	// Validate checks what only Go can check (CEL compiles, templates parse); nil means
 	// config.Validate.
 	Validate func(*v1alpha1.WebhookEndpoint) error

@@ -46,6 +46,9 @@ const (
 	poll      = 100 * time.Millisecond
 )
 
+// testAllowedImages are the image overrides the test operator runs (--allowed-receiver-images).
+var testAllowedImages = []string{"registry.example/hookkeeper-receiver:*"}
+
 // env is the shared fixture: one kube-apiserver and one running manager for the package.
 type env struct {
 	ctx    context.Context
@@ -173,7 +176,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: testImage, MonitoringLabels: testMonitoringLabels}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{ReceiverImage: testImage, AllowedImages: testAllowedImages, MonitoringLabels: testMonitoringLabels}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -188,7 +191,7 @@ func startEnv(t *testing.T) *env {
 	return &env{
 		ctx: ctx, k8s: k8s, scheme: scheme, cache: mgr.GetCache(), cacheUse: recorder,
 		direct: &controllers.WebhookEndpointReconciler{
-			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage, MonitoringLabels: testMonitoringLabels},
+			Client: k8s, Scheme: scheme, Options: controllers.Options{ReceiverImage: testImage, AllowedImages: testAllowedImages, MonitoringLabels: testMonitoringLabels},
 		},
 	}
 }

@@ -42,7 +42,25 @@ const (
 	ReasonPoolNotFound    = "PoolNotFound"
 	ReasonNotLoaded       = "NotLoadedByPool"
 	ReasonMembersNotReady = "MembersNotLoaded"
+	// ReasonPoolTooLarge: the members' rendered configs and Secret values do not fit in
+	// the pool's endpoints Secret.
+	ReasonPoolTooLarge = "PoolSecretTooLarge"
 )
+
+// maxSecretBytes is the API server's limit on a Secret's data.
+const maxSecretBytes = 1 << 20
+
+// poolTooLargeError says the pool's endpoints Secret would exceed maxSecretBytes.
+type poolTooLargeError struct {
+	secret  string
+	size    int
+	members int
+}
+
+func (e *poolTooLargeError) Error() string {
+	return fmt.Sprintf("the endpoints Secret %s would hold %d bytes for %d member(s), more than the %d a Secret may hold; "+
+		"move some endpoints to another WebhookReceiverPool or to receivers of their own", e.secret, e.size, e.members, maxSecretBytes)
+}
 
 // WebhookReceiverPoolReconciler runs a pool's receivers: it gathers the rendered config
 // and Secret values of every endpoint of the namespace whose spec.receiver.poolRef names
@@ -81,21 +99,27 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if !r.Options.imageAllowed(pool.Spec.Image) {
+		return r.failed(ctx, pool, original, members, ReasonInvalidConfig, errors.New(imageNotAllowed("spec.image", pool.Spec.Image)))
+	}
 	rec := resources.PoolReceivers(pool, resources.Options{Image: r.Options.ReceiverImage})
 	deployment, err := r.applyReceivers(ctx, pool, rec, configs)
-	if err != nil {
-		return ctrl.Result{}, err
+	var tooLarge *poolTooLargeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return r.failed(ctx, pool, original, members, ReasonPoolTooLarge, err)
+	case isNotOwned(err):
+		return r.failed(ctx, pool, original, members, ReasonNotOwned, err)
+	case err != nil:
+		return r.failed(ctx, pool, original, members, ReasonStepFailed, err)
 	}
 	exposureRequeue, err := r.reconcileExposure(ctx, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.summarize(pool, members, deployment)
-	if !equality.Semantic.DeepEqual(original.Status, pool.Status) {
-		// A pool deleted since it was read has no status to write.
-		if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, fmt.Errorf("patch status of WebhookReceiverPool %s: %w", req.NamespacedName, err)
-		}
+	if err := r.patchStatus(ctx, pool, original); err != nil {
+		return ctrl.Result{}, err
 	}
 	var after time.Duration
 	if !requeueAt.IsZero() {
@@ -105,6 +129,54 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 		after = exposureRequeue
 	}
 	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// failed reports what stops the pool's receivers in its status (Ready False, and Stalled
+// when a person must act, else Reconciling) and in a Warning Event when it starts or
+// changes. A stalled pool waits for a change; any other failure is retried.
+func (r *WebhookReceiverPoolReconciler) failed(ctx context.Context, pool, original *v1alpha1.WebhookReceiverPool,
+	members []v1alpha1.PoolMember, reason string, cause error) (ctrl.Result, error) {
+	msg := oneLine(cause.Error())
+	stalled := reason != ReasonStepFailed
+	if prev := meta.FindStatusCondition(original.Status.Conditions, v1alpha1.ConditionReady); prev == nil ||
+		prev.Reason != reason || prev.Message != msg {
+		recordEvent(r.Recorder, pool, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+	}
+	st := &pool.Status
+	st.ObservedGeneration = pool.Generation
+	st.Endpoints = members
+	st.EndpointCount = int32(len(members)) //nolint:gosec // bounded by the namespace's endpoints
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason,
+			Message: msg, ObservedGeneration: pool.Generation})
+	}
+	set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	if stalled {
+		set(v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "")
+	} else {
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+		set(v1alpha1.ConditionStalled, metav1.ConditionFalse, reason, "")
+	}
+	if err := r.patchStatus(ctx, pool, original); err != nil {
+		return ctrl.Result{}, errors.Join(cause, err)
+	}
+	if stalled {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, cause
+}
+
+// patchStatus writes the pool's status when it changed.
+func (r *WebhookReceiverPoolReconciler) patchStatus(ctx context.Context, pool, original *v1alpha1.WebhookReceiverPool) error {
+	if equality.Semantic.DeepEqual(original.Status, pool.Status) {
+		return nil
+	}
+	// A pool deleted since it was read has no status to write.
+	if err := r.Status().Patch(ctx, pool, client.MergeFrom(original)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("patch status of WebhookReceiverPool %s/%s: %w", pool.Namespace, pool.Name, err)
+	}
+	return nil
 }
 
 func (r *WebhookReceiverPoolReconciler) now() time.Time {
@@ -237,7 +309,15 @@ func (r *WebhookReceiverPoolReconciler) member(ctx context.Context, ep *v1alpha1
 // Deployment as applied.
 func (r *WebhookReceiverPoolReconciler) applyReceivers(ctx context.Context, pool *v1alpha1.WebhookReceiverPool,
 	rec resources.Receivers, configs []resources.PoolMemberConfig) (*appsv1.Deployment, error) {
-	for _, obj := range []client.Object{resources.PoolEndpoints(pool, configs), rec.ServiceAccount()} {
+	secret := resources.PoolEndpoints(pool, configs)
+	size := 0
+	for k, v := range secret.Data {
+		size += len(k) + len(v)
+	}
+	if size > maxSecretBytes {
+		return nil, &poolTooLargeError{secret: secret.Name, size: size, members: len(configs)}
+	}
+	for _, obj := range []client.Object{secret, rec.ServiceAccount()} {
 		if _, err := applyOwned(ctx, r.Client, r.Scheme, pool, obj); err != nil {
 			return nil, err
 		}

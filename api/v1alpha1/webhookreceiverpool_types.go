@@ -53,7 +53,10 @@ type WebhookReceiverPoolSpec struct {
 	// resources of each receiver container; the operator's defaults when empty.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-	// image overrides the receiver image (the operator's own image by default).
+	// image overrides the receiver image (the operator's own image by default). The pods
+	// get the Secrets the endpoints name, so the operator runs only images its
+	// administrator allowed (the manager's --allowed-receiver-images); any other stops
+	// at ConfigValid (an endpoint) or Stalled (a pool).
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`

@@ -97,3 +97,19 @@ func TestDiscardFromCluster(t *testing.T) {
 		t.Errorf("records %+v, want a second by %q", recs, osUser())
 	}
 }
+
+// Mistakes a person makes at the command line get a message that says what to do: a
+// batch size below 1, and a database whose schema was never migrated (instead of the
+// first statement's "relation ... does not exist").
+func TestReplayRefusesWhatCannotWork(t *testing.T) {
+	manifest := testsupport.StripeEndpointFile(t, "http://127.0.0.1:1/")
+	unmigrated := testsupport.NewDatabase(t)
+	expectRefused(t, map[string]refusal{
+		"batch size below 1": {[]string{"replay", "--endpoint", manifest, "--database-url", unmigrated,
+			"--dead-letters", "--batch-size", "-5"}, "--batch-size must be at least 1, got -5"},
+		"unmigrated schema": {[]string{"replay", "--endpoint", manifest, "--database-url", unmigrated,
+			"--dead-letters"}, "does not exist; run hookkeeper migrate"},
+		"discard, unmigrated schema": {[]string{"discard", "--endpoint", manifest, "--database-url", unmigrated,
+			"--dead-letters", "--reason", "x"}, "does not exist; run hookkeeper migrate"},
+	})
+}

@@ -59,6 +59,7 @@ type managerFlags struct {
 	leaderElect      bool
 	leaderElectionNS string
 	receiverImage    string
+	allowedImages    []string
 	enableHTTP2      bool
 	keyNamespace     string
 	logLevel         string
@@ -94,6 +95,10 @@ func newManagerCmd() *cobra.Command {
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fl.StringVar(&f.receiverImage, "receiver-image", os.Getenv(envImage), "image of the receiver and migration pods (default: $"+envImage+")")
+	fl.StringSliceVar(&f.allowedImages, "allowed-receiver-images", nil,
+		"other images an endpoint's spec.receiver.image or a pool's spec.image may name, separated by commas; "+
+			"an entry ending in * allows every image it is a prefix of (registry.example/hookkeeper:*). "+
+			"Those pods get the Secrets their endpoints name, so by default only --receiver-image runs them")
 	fl.StringVar(&f.keyNamespace, "key-namespace", os.Getenv(envNamespace),
 		"namespace of the Secret "+controllers.HashKeySecretName+" that keys the rollout hashes (default: $"+envNamespace+", else the pod's namespace)")
 	fl.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 (off by default: HTTP/2 rapid reset, CVE-2023-44487)")
@@ -155,7 +160,8 @@ func runManager(cmd *cobra.Command, f managerFlags) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	if err := controllers.Setup(mgr, controllers.Options{
-		ReceiverImage: f.receiverImage, KeyNamespace: keyNamespace, MonitoringLabels: monitoringLabels,
+		ReceiverImage: f.receiverImage, AllowedImages: f.allowedImages, KeyNamespace: keyNamespace,
+		MonitoringLabels: monitoringLabels,
 	}); err != nil {
 		return err
 	}

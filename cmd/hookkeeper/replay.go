@@ -173,6 +173,9 @@ func (f endpointFlags) check(name string) error {
 
 // selection reads --since, --until and --id; the endpoint is set by the caller.
 func (f selectionFlags) selection() (outbox.Selection, error) {
+	if f.batchSize < 1 {
+		return outbox.Selection{}, fmt.Errorf("--batch-size must be at least 1, got %d", f.batchSize)
+	}
 	now := time.Now()
 	since, err := parseReplayTime(f.since, now)
 	if err != nil {

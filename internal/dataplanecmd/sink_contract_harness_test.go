@@ -131,7 +131,7 @@ func startContractReceiver(t *testing.T, dbURL, manifest string, dispatcher bool
 	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
 		select {
 		case err := <-done:
-			return fmt.Errorf("receiver exited: %v", err)
+			return fmt.Errorf("receiver exited: %w", err)
 		default:
 			return nil
 		}

@@ -51,6 +51,15 @@ func Open(ctx context.Context, we *v1alpha1.WebhookEndpoint, getenv func(string)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	// A schema that was never migrated (or is behind) would otherwise surface as the
+	// first statement's "relation ... does not exist".
+	checkCtx, cancel := context.WithTimeout(ctx, openTimeout)
+	err = store.CheckSchema(checkCtx, pool, we.Spec.Database.Schema)
+	cancel()
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return &Endpoint{Key: we.Namespace + "/" + we.Name, Tables: store.TablesIn(we.Spec.Database.Schema), Pool: pool, WE: we, Getenv: getenv}, nil
 }
 
