@@ -95,6 +95,7 @@ func (e *env) testReceiverPool(t *testing.T) {
 		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.PoolName(p.Name)), d)).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--endpoints-dir=" + resources.PoolEndpointsDir))
+	g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement(fmt.Sprintf("--pool-max-in-flight=%d", v1alpha1.DefaultMaxInFlight)))
 	g.Expect(d.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", resources.PoolEndpointsSecret(p.Name))))
 	g.Expect(*d.Spec.Replicas).To(Equal(int32(v1alpha1.DefaultReplicas)))
 	g.Expect(*d.Spec.Template.Spec.AutomountServiceAccountToken).To(BeFalse())

@@ -163,6 +163,7 @@ func (s *WebhookReceiverPoolSpec) Default() {
 	if a := s.Autoscaling; a != nil {
 		a.Default()
 	}
+	valueDefault(&s.MaxInFlight, DefaultMaxInFlight)
 	s.NetworkPolicy.Default()
 }
 

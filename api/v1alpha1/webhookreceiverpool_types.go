@@ -50,6 +50,15 @@ type WebhookReceiverPoolSpec struct {
 	// autoscaling hands replicas to a HorizontalPodAutoscaler.
 	// +optional
 	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+	// maxInFlight caps the webhook requests one pool pod handles at once, all its
+	// endpoints together (each endpoint's own receiver.maxInFlight applies as well);
+	// beyond it a request gets 503 with Retry-After before its body is read. It bounds
+	// the body memory of a pod as an endpoint's own maxInFlight bounds its receivers'.
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	// +optional
+	MaxInFlight int32 `json:"maxInFlight,omitempty"`
 	// resources of each receiver container; the operator's defaults when empty.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`

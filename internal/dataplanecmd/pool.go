@@ -59,6 +59,9 @@ type PoolOptions struct {
 	GroupCommit       receipt.GroupCommit
 	MaxInFlight       int
 	RetentionInterval time.Duration
+	// PoolMaxInFlight caps the requests the process handles at once, all endpoints
+	// together (the pool's spec.maxInFlight); v1alpha1.DefaultMaxInFlight when zero.
+	PoolMaxInFlight int
 	// WebhookAddr and AdminAddr are the listen addresses (host:port).
 	WebhookAddr, AdminAddr string
 	DrainDelay             time.Duration
@@ -85,6 +88,7 @@ func ServePool(ctx context.Context, o PoolOptions) error {
 		AdminAddr:         o.AdminAddr,
 		Webhook:           p,
 		PerEndpointLimits: true,
+		MaxInFlight:       o.PoolMaxInFlight,
 		Ready:             p.ready,
 		AdminHandlers:     map[string]http.Handler{"GET /endpoints": http.HandlerFunc(p.serveEndpoints)},
 		Gatherer:          newGatherer(),

@@ -459,3 +459,72 @@ func TestPoolRefusesAnEndpointBesideTheDirectory(t *testing.T) {
 		t.Errorf("--endpoints-dir with $%s: %v, want a refusal", config.EnvEndpoint, err)
 	}
 }
+
+// A pool pod caps the requests of all its endpoints together (the pool's
+// spec.maxInFlight, --pool-max-in-flight): each endpoint's own maxInFlight alone let a
+// pod hold members × maxInFlight bodies, so anyone could hold nearly complete bodies
+// open on a few members until the pod ran out of memory and every member went down.
+// Beyond the cap a request for any member gets 503 with Retry-After before its body is
+// read; once the held requests end, the members are served again.
+func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
+	db := testsupport.MigratedDatabase(t, "shared")
+	vol := newSecretVolume(t)
+	for _, m := range []string{"mem-a", "mem-b"} {
+		vol.set(m, poolEndpoint{name: m, schema: "shared"}.manifest(), poolEnv(db, "whsec_"+m))
+	}
+	p := startPool(t, vol.dir, "--pool-max-in-flight", "2")
+	if c := p.post(t, "/mem-b/", "whsec_mem-b"); c != http.StatusOK {
+		t.Fatalf("/mem-b/ before any load: %d, want 200", c)
+	}
+
+	// Two requests to mem-a announce a body and never finish it.
+	var writers []*io.PipeWriter
+	done := make(chan struct{}, 2)
+	for range 2 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, err := http.NewRequest(http.MethodPost, p.webhook+"/mem-a/", pr)
+		must(t, err)
+		req.ContentLength = 1 << 10
+		go func() {
+			if resp, err := (&http.Client{}).Do(req); err == nil {
+				_ = resp.Body.Close()
+			}
+			done <- struct{}{}
+		}()
+		go func() { _, _ = pw.Write([]byte("{")) }()
+	}
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "two mem-a requests held in flight", func() bool {
+		return testutil.ToFloat64(metrics.InFlight.WithLabelValues("shop/mem-a")) == 2
+	})
+	refusedBefore := testutil.ToFloat64(metrics.PoolOverloaded)
+	status, err := p.postErr("/mem-b/", "whsec_mem-b")
+	if err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-b/ with the pool's 2 slots held by mem-a: %d %v, want 503", status, err)
+	}
+	if got := testutil.ToFloat64(metrics.PoolOverloaded) - refusedBefore; got != 1 {
+		t.Errorf("hookkeeper_receiver_pool_overloaded_total rose by %v, want 1", got)
+	}
+
+	for _, w := range writers {
+		_ = w.CloseWithError(io.ErrUnexpectedEOF)
+	}
+	for range 2 {
+		if err := testsupport.Await(t, chanErr(done), 10*time.Second, "a held request to end"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-b served once the slots are free", func() bool {
+		return p.post(t, "/mem-b/", "whsec_mem-b") == http.StatusOK
+	})
+}
+
+// chanErr turns a done signal into what testsupport.Await waits on.
+func chanErr(done <-chan struct{}) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		<-done
+		out <- nil
+	}()
+	return out
+}

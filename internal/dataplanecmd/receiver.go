@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -45,6 +46,8 @@ type receiverFlags struct {
 	groupTransactions int
 	// maxInFlight overrides spec.receiver.maxInFlight when positive.
 	maxInFlight int
+	// poolMaxInFlight caps a pool process's requests, all endpoints together.
+	poolMaxInFlight int
 	// A receiver pool: the endpoints directory, how often it is read, the heartbeat.
 	endpointsDir      string
 	endpointsPoll     time.Duration
@@ -103,6 +106,8 @@ without a restart, and lists them on the admin port at GET /endpoints.`,
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
+	fl.IntVar(&f.poolMaxInFlight, "pool-max-in-flight", v1alpha1.DefaultMaxInFlight,
+		"with --endpoints-dir: webhook requests the whole process handles at once, all endpoints together, before the rest get 503 with Retry-After")
 	fl.StringVar(&f.endpointsDir, "endpoints-dir", "", "serve every endpoint of this directory (a receiver pool): NAME.json and NAME.env per endpoint, served at /NAME; not with --endpoint")
 	fl.DurationVar(&f.endpointsPoll, "endpoints-poll", DefaultEndpointsPoll, "with --endpoints-dir: how often the directory is read for added, changed and removed endpoints")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", DefaultHeartbeatInterval, "with --endpoints-dir: how often each endpoint checks its database and writes its receiver_heartbeats row")
@@ -122,6 +127,9 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	}
 	if f.maxInFlight < 0 {
 		return fmt.Errorf("--max-in-flight must be at least 1 (0: spec.receiver.maxInFlight), got %d", f.maxInFlight)
+	}
+	if f.poolMaxInFlight < 1 {
+		return fmt.Errorf("--pool-max-in-flight must be at least 1, got %d", f.poolMaxInFlight)
 	}
 	defer func() { _ = zl.Sync() }()
 	log := zapr.NewLogger(zl)
@@ -168,6 +176,7 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 			Dispatcher:        f.dispatcher,
 			GroupCommit:       group,
 			MaxInFlight:       f.maxInFlight,
+			PoolMaxInFlight:   f.poolMaxInFlight,
 			RetentionInterval: f.retentionInterval,
 			WebhookAddr:       webhookAddr,
 			AdminAddr:         adminAddr,

@@ -100,6 +100,13 @@ var (
 		Help: "Webhook requests refused with 503 and Retry-After because spec.receiver.maxInFlight requests were in flight.",
 	}, []string{LabelEndpoint})
 
+	// PoolOverloaded counts requests a receiver pool pod refused with 503 because its
+	// spec.maxInFlight requests (all endpoints together) were already being handled.
+	PoolOverloaded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hookkeeper_receiver_pool_overloaded_total",
+		Help: "Webhook requests a receiver pool pod refused with 503 and Retry-After because the pool's spec.maxInFlight requests were in flight.",
+	})
+
 	// RejectionLogsSuppressed counts rejection log lines left out by the rate limit
 	// (the requests themselves are counted in full by the other metrics).
 	RejectionLogsSuppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,7 +175,7 @@ var (
 func Register(reg prometheus.Registerer) {
 	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired, RetentionRemoved)
 	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
-		InFlight, Overloaded, RejectionLogsSuppressed,
+		InFlight, Overloaded, PoolOverloaded, RejectionLogsSuppressed,
 		OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown, Deliveries, DeliveryAttempts, CommitToDelivery)
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -235,14 +236,47 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // *http.MaxBytesError. The buffer grows with the bytes that arrive, never with the
 // Content-Length a client announces: a client that announces a large body and sends
 // nothing costs no more than one that announces nothing. Give it back with putBody.
+//
+// The buffer grows with the bytes that arrive, never with the Content-Length announced,
+// and never past the limit (or the Content-Length) plus one byte: bytes.Buffer.ReadFrom
+// doubles its buffer as bytes arrive, so a body just under the limit would hold twice
+// the limit.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) (*bytes.Buffer, error) {
+	most := limit
+	if r.ContentLength >= 0 && r.ContentLength < limit {
+		most = r.ContentLength
+	}
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+	b, err := readCapped(http.MaxBytesReader(w, r.Body, limit), buf.AvailableBuffer(), most)
+	if err != nil {
 		putBody(buf)
 		return nil, fmt.Errorf("read request body: %w", err)
 	}
+	*buf = *bytes.NewBuffer(b)
 	return buf, nil
+}
+
+// readCapped appends r to the end onto b (a pooled buffer's free space), doubling the
+// slice from bytes.MinRead but never past most+1 bytes: the one more lets the last read
+// see the end, or the MaxBytesReader's too-large error.
+func readCapped(r io.Reader, b []byte, most int64) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			next := max(min(2*int64(cap(b)), most+1), int64(bytes.MinRead), int64(cap(b))+1)
+			grown := make([]byte, len(b), next)
+			copy(grown, b)
+			b = grown
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // putBody returns buf to the pool unless it grew too large to keep.

@@ -58,8 +58,9 @@ type ServerOptions struct {
 	// v1alpha1.DefaultMaxInFlight.
 	MaxInFlight int
 	// PerEndpointLimits says Webhook enforces its own in-flight limits, one per endpoint
-	// (LimitInFlight around each endpoint's handler, as a receiver pool does): the server
-	// adds none and MaxInFlight is ignored.
+	// (LimitInFlight around each endpoint's handler, as a receiver pool does): the
+	// server's MaxInFlight is then a cap on all of them together (LimitTotal), so the
+	// process's body memory stays bounded whatever the number of endpoints.
 	PerEndpointLimits bool
 	// DB backs /readyz, unless Ready is set.
 	DB Pinger
@@ -109,7 +110,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s := &Server{opts: opts}
 	webhookLog := opts.Logger.WithName("webhook")
 	webhook := opts.Webhook
-	if !opts.PerEndpointLimits {
+	if opts.PerEndpointLimits {
+		webhook = LimitTotal(webhook, opts.MaxInFlight, webhookLog)
+	} else {
 		webhook = LimitInFlight(webhook, opts.Endpoint, opts.MaxInFlight, webhookLog)
 	}
 	s.webhook = newHTTPServer(webhook, webhookLog)
@@ -252,7 +255,6 @@ func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logge
 	overloaded := metrics.Overloaded.WithLabelValues(endpoint)
 	refused := metrics.Requests.WithLabelValues(endpoint, strconv.Itoa(http.StatusServiceUnavailable), outcomeOverloaded)
 	rejections := newRejectionLog(log, endpoint, DefaultRejectionLogInterval)
-	body := []byte("too many requests in flight, retry later\n")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case slots <- struct{}{}:
@@ -260,15 +262,7 @@ func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logge
 			overloaded.Inc()
 			refused.Inc()
 			rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight", "maxInFlight", limit)
-			h := w.Header()
-			h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-			h.Set("Content-Type", "text/plain; charset=utf-8")
-			h.Set("Content-Length", strconv.Itoa(len(body)))
-			h.Set("Cache-Control", "no-store")
-			// The unread body is not worth a slot: close rather than drain it.
-			h.Set("Connection", "close")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write(body)
+			refuseOverloaded(w)
 			return
 		}
 		inFlight.Inc()
@@ -278,4 +272,46 @@ func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logge
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// LimitTotal admits at most limit requests into next at once, whichever endpoint they
+// are for, and answers the rest as LimitInFlight does. A receiver pool puts it in front
+// of the endpoints' own limits: without it a pod's body memory would grow with the
+// number of endpoints (each admitting its maxInFlight bodies), and one pod's exhaustion
+// takes every endpoint of the pool down. Refusals count in
+// hookkeeper_receiver_pool_overloaded_total.
+func LimitTotal(next http.Handler, limit int, log logr.Logger) http.Handler {
+	if limit <= 0 {
+		limit = v1alpha1.DefaultMaxInFlight
+	}
+	slots := make(chan struct{}, limit)
+	rejections := newRejectionLog(log, "", DefaultRejectionLogInterval)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			metrics.PoolOverloaded.Inc()
+			rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight in this pool pod", "maxInFlight", limit)
+			refuseOverloaded(w)
+			return
+		}
+		defer func() { <-slots }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// overloadedBody is the answer to a request refused for too many in flight.
+var overloadedBody = []byte("too many requests in flight, retry later\n")
+
+// refuseOverloaded answers 503 with Retry-After before any body byte is read.
+func refuseOverloaded(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(overloadedBody)))
+	h.Set("Cache-Control", "no-store")
+	// The unread body is not worth a slot: close rather than drain it.
+	h.Set("Connection", "close")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(overloadedBody)
 }

@@ -95,7 +95,8 @@ func PoolReceivers(pool *v1alpha1.WebhookReceiverPool, opts Options) Receivers {
 		Replicas:    *spec.Replicas,
 		Autoscaling: spec.Autoscaling,
 		Resources:   receiverResources(spec.Resources),
-		Args:        []string{"--endpoints-dir=" + PoolEndpointsDir},
+		Args: []string{"--endpoints-dir=" + PoolEndpointsDir,
+			fmt.Sprintf("--pool-max-in-flight=%d", spec.MaxInFlight)},
 		Env: []corev1.EnvVar{
 			{Name: config.EnvPodIP, ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"},
