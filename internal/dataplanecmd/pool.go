@@ -257,13 +257,37 @@ type endpointFiles struct {
 	manifest, env []byte
 }
 
+// errDirChanging: the kubelet replaced the Secret volume's ..data while it was read.
+var errDirChanging = errors.New("the endpoints directory changed while it was read")
+
 // readEndpointsDir reads the directory. A Secret volume is read through its ..data
 // symlink, resolved once, so both files of a NAME come from one kubelet update; other
-// entries starting with ".." are the kubelet's and skipped.
+// entries starting with ".." are the kubelet's and skipped. The kubelet swaps ..data and
+// then deletes the old data directory, so a read that overlaps an update can find files
+// gone: such a read returns errDirChanging, never a directory missing those NAMEs
+// (which would unroute and drain endpoints that did not change).
 func readEndpointsDir(dir string) (map[string]*endpointFiles, error) {
-	if resolved, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
+	data := filepath.Join(dir, "..data")
+	resolved, err := filepath.EvalSymlinks(data)
+	volume := err == nil
+	if volume {
 		dir = resolved
 	}
+	files, err := readEndpointFiles(dir)
+	if volume {
+		if now, lerr := filepath.EvalSymlinks(data); lerr != nil || now != resolved {
+			return nil, errDirChanging
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
+// readEndpointFiles reads every NAME.json and NAME.env of dir; an entry that cannot be
+// read leaves its NAME incomplete.
+func readEndpointFiles(dir string) (map[string]*endpointFiles, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints directory: %w", err)
@@ -353,6 +377,15 @@ func (p *endpointPool) publicHash(f *endpointFiles) string {
 func (p *endpointPool) sync(ctx context.Context) {
 	log := p.o.Log
 	files, err := readEndpointsDir(p.o.Dir)
+	// A read that overlapped a kubelet update is read again at once (an update is a
+	// symlink swap, so the next read sees it whole); after a few, the next poll will.
+	for try := 1; errors.Is(err, errDirChanging) && try < 3; try++ {
+		files, err = readEndpointsDir(p.o.Dir)
+	}
+	if errors.Is(err, errDirChanging) {
+		log.V(1).Info("the endpoints directory kept changing while read; reading it again at the next poll")
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -453,8 +486,19 @@ func (p *endpointPool) retire(r retiredUnit) {
 		u := r.unit
 		u.drain(p.o.ShutdownTimeout)
 		if r.removed {
-			p.forgetHeartbeat(u)
-			metrics.Forget(u.ep.Key())
+			// The endpoint may be served again by now (removed and re-added while this
+			// version drained): its new version's metric series and heartbeat row are
+			// then live, and forgetting them would blind its dashboards and make the
+			// operator report it not loaded until the next heartbeat.
+			p.mu.Lock()
+			served := p.servesKey(u.ep.Key())
+			if !served {
+				metrics.Forget(u.ep.Key())
+			}
+			p.mu.Unlock()
+			if !served {
+				p.forgetHeartbeat(u)
+			}
 		}
 		u.db.Close()
 		p.mu.Lock()
@@ -462,6 +506,16 @@ func (p *endpointPool) retire(r retiredUnit) {
 		p.mu.Unlock()
 		u.log.Info("endpoint version drained", "name", r.name)
 	})
+}
+
+// servesKey reports whether a member now serves the endpoint key; callers hold p.mu.
+func (p *endpointPool) servesKey(key string) bool {
+	for _, m := range p.members {
+		if m.unit != nil && m.unit.ep.Key() == key {
+			return true
+		}
+	}
+	return false
 }
 
 // builtVersion is what the member keeps of a version that built.
