@@ -136,6 +136,9 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 			w.Spec.Retention.PayloadFor = &metav1.Duration{Duration: 48 * time.Hour}
 			w.Spec.Retention.DedupeFor = &metav1.Duration{Duration: 24 * time.Hour}
 		}, []string{"retention.dedupeFor must be 0s (forever) or at least retention.payloadFor"}},
+		{"payloads kept no longer than parking", func(w *v1alpha1.WebhookEndpoint) {
+			w.Spec.Retention.PayloadFor = &metav1.Duration{Duration: 24 * time.Hour}
+		}, []string{"retention.payloadFor must be 0s (forever) or longer than stateMachine.parkFor"}},
 		{"payloads kept forever, dedupe records not", func(w *v1alpha1.WebhookEndpoint) {
 			w.Spec.Retention.PayloadFor = &metav1.Duration{}
 		}, []string{"retention.dedupeFor must be 0s (forever) or at least retention.payloadFor"}},

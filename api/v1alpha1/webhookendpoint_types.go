@@ -783,6 +783,9 @@ type ExposureSpec struct {
 // An Ingress forwards the request path unchanged and the receiver serves receiver.path
 // only, so exposure.ingress.path must be empty or equal to it.
 // +kubebuilder:validation:XValidation:rule="!has(self.exposure) || !has(self.exposure.ingress) || !has(self.exposure.ingress.path) || size(self.exposure.ingress.path) == 0 || self.exposure.ingress.path == (has(self.receiver) && has(self.receiver.path) ? self.receiver.path : '/')",message="exposure.ingress.path must be empty or equal to receiver.path: an Ingress does not rewrite paths and the receiver answers 404 on any other path; set receiver.path to the public path instead",fieldPath=".exposure.ingress.path"
+// A parked event that expires can be re-driven only while its payload is kept, so
+// payloads outlive parking.
+// +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.retention.payloadFor) || duration(self.retention.payloadFor) == duration('0s') || duration(self.retention.payloadFor) > duration(has(self.stateMachine.parkFor) ? self.stateMachine.parkFor : '72h')",message="retention.payloadFor must be 0s (forever) or longer than stateMachine.parkFor: an event that expires after parkFor can be re-driven only while its payload is kept",fieldPath=".retention.payloadFor"
 // +kubebuilder:validation:XValidation:rule="!has(self.receiver) || !has(self.receiver.poolRef) || !has(self.exposure)",message="an endpoint served by a pool (receiver.poolRef) is exposed by its pool: set the WebhookReceiverPool's spec.exposure, and remove exposure here"
 type WebhookEndpointSpec struct {
 	// provider selects the signature scheme and presets.

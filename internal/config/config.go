@@ -154,6 +154,17 @@ func Load(manifestFile string, getenv func(string) string) (*Endpoint, error) {
 
 // Compile builds an Endpoint from a defaulted WebhookEndpoint and the environment.
 func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoint, error) {
+	return compile(we, getenv, true)
+}
+
+// CompileStored is Compile for work on receipts that were verified when they arrived
+// (replay, reprocessing): it builds no signature verifier (Endpoint.Verifier is nil), so
+// an endpoint whose signing secrets have all expired can still replay what it stored.
+func CompileStored(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoint, error) {
+	return compile(we, getenv, false)
+}
+
+func compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string, verify bool) (*Endpoint, error) {
 	spec := *we.Spec.DeepCopy()
 	spec.Default()
 	x, m, err := compileSpec(&spec)
@@ -170,6 +181,10 @@ func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoin
 	if ep.DatabaseURL == "" {
 		return nil, fmt.Errorf("%s is not set", EnvDatabaseURL)
 	}
+	ep.SinkURL = sinkURL(spec.Delivery.Sink, we.Namespace, getenv(EnvSinkURL))
+	if !verify {
+		return ep, nil
+	}
 	secrets, err := signingSecrets(spec.SigningSecrets, getenv, time.Now())
 	if err != nil {
 		return nil, err
@@ -177,7 +192,6 @@ func Compile(we *v1alpha1.WebhookEndpoint, getenv func(string) string) (*Endpoin
 	if ep.Verifier, err = provider.NewVerifier(spec.Provider, secrets); err != nil {
 		return nil, fmt.Errorf("build %s signature verifier: %w", spec.Provider.Type, err)
 	}
-	ep.SinkURL = sinkURL(spec.Delivery.Sink, we.Namespace, getenv(EnvSinkURL))
 	return ep, nil
 }
 
@@ -439,6 +453,10 @@ func validateRetention(spec *v1alpha1.WebhookEndpointSpec) error {
 	}
 	if p, d := r.PayloadFor, r.DedupeFor; p != nil && d != nil && d.Duration != 0 && (p.Duration == 0 || d.Duration < p.Duration) {
 		errs = append(errs, expr.Errorf("spec.retention.dedupeFor", "must be 0s (forever) or at least retention.payloadFor (%s): a receipt's dedupe record must outlive its payload, got %s", p.Duration, d.Duration))
+	}
+	if p, k := r.PayloadFor, spec.StateMachine.ParkFor; p != nil && k != nil && p.Duration != 0 && p.Duration <= k.Duration {
+		errs = append(errs, expr.Errorf("spec.retention.payloadFor", "must be 0s (forever) or longer than stateMachine.parkFor (%s): "+
+			"an event that expires after parkFor can be re-driven only while its payload is kept, got %s", k.Duration, p.Duration))
 	}
 	return errors.Join(errs...)
 }

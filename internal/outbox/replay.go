@@ -72,7 +72,14 @@ type ReplayReport struct {
 	Replayed int
 	// Outcomes counts the receipts' outcomes after reprocessing (receipt replay only).
 	Outcomes map[string]int
+	// Skipped receipts were selected but gone when their turn came: retention or an
+	// erasure removed the receipt or its payload during the run (receipt replay only).
+	Skipped int
 }
+
+// ErrReceiptGone is wrapped by a Reprocess whose receipt, or its payload, was removed
+// (by retention or an erasure) after the run selected it: the run skips it and goes on.
+var ErrReceiptGone = errors.New("the receipt or its payload was removed")
 
 func (o ReplayOptions) batch() int {
 	if o.BatchSize > 0 {
@@ -323,7 +330,12 @@ FROM %s WHERE %s AND id > $6 ORDER BY id LIMIT $7`, tables.Events, where)
 			if opts.DryRun {
 				continue
 			}
-			if err := reprocess(ctx, it.ID); err != nil {
+			if err := reprocess(ctx, it.ID); errors.Is(err, ErrReceiptGone) {
+				report.Skipped++
+				continue
+			} else if err != nil {
+				// What this batch already re-ran is counted (its outcomes are not read).
+				report.Replayed += len(ids)
 				return report, fmt.Errorf("reprocess receipt %d: %w", it.ID, err)
 			}
 			ids = append(ids, it.ID)

@@ -7,6 +7,7 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -206,7 +207,9 @@ func reprocessor(e *Endpoint, logger logr.Logger) (outbox.Reprocess, error) {
 	if logger.GetSink() == nil {
 		logger = logr.Discard()
 	}
-	ep, err := config.Compile(e.WE, e.Getenv)
+	// Stored receipts were verified when they arrived: no signing secret is needed to
+	// re-run them (an endpoint whose secrets all expired can still replay).
+	ep, err := config.CompileStored(e.WE, e.Getenv)
 	if err != nil {
 		return nil, ConfigError{fmt.Errorf("load endpoint: %w", err)}
 	}
@@ -217,6 +220,9 @@ func reprocessor(e *Endpoint, logger logr.Logger) (outbox.Reprocess, error) {
 	rec := receipt.NewRecorder(e.Pool, ep, recOpts...)
 	return func(ctx context.Context, id int64) error {
 		_, err := rec.Reprocess(ctx, id)
+		if errors.Is(err, receipt.ErrReceiptNotFound) || errors.Is(err, receipt.ErrPayloadRemoved) {
+			return fmt.Errorf("%w: %w", outbox.ErrReceiptGone, err)
+		}
 		return err
 	}, nil
 }
@@ -238,7 +244,12 @@ func (r Report) Summary() string {
 	case p.DeadLetters:
 		return fmt.Sprintf("dead letters of %s: %d selected, %d re-driven%s", r.Endpoint, r.Selected, r.Replayed, dryRunNote(dry))
 	}
-	return fmt.Sprintf("receipts of %s: %d selected, %d re-run%s%s", r.Endpoint, r.Selected, r.Replayed, outcomeSummary(r.Outcomes), dryRunNote(dry))
+	skipped := ""
+	if r.Skipped > 0 {
+		skipped = fmt.Sprintf(", %d skipped (retention or an erasure removed them meanwhile)", r.Skipped)
+	}
+	return fmt.Sprintf("receipts of %s: %d selected, %d re-run%s%s%s", r.Endpoint, r.Selected, r.Replayed, skipped,
+		outcomeSummary(r.Outcomes), dryRunNote(dry))
 }
 
 func dryRunNote(dry bool) string {

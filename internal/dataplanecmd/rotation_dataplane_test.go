@@ -25,25 +25,25 @@ import (
 )
 
 const (
-	reviewOldSecret = "whsec_review_old_secret"
-	reviewNewSecret = "whsec_review_new_secret"
+	rotationOldSecret = "whsec_rotation_old_secret"
+	rotationNewSecret = "whsec_rotation_new_secret"
 )
 
-func reviewV1(secret string, body []byte, ts string) string {
+func rotationV1(secret string, body []byte, ts string) string {
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte(ts + "."))
 	mac.Write(body)
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// reviewPost posts body with a Stripe-Signature carrying one v1 per secret (Stripe's
+// rotationPost posts body with a Stripe-Signature carrying one v1 per secret (Stripe's
 // header during a roll's overlap) and returns the status.
-func reviewPost(t *testing.T, url string, body []byte, secrets ...string) int {
+func rotationPost(t *testing.T, url string, body []byte, secrets ...string) int {
 	t.Helper()
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	h := "t=" + ts
 	for _, s := range secrets {
-		h += ",v1=" + reviewV1(s, body, ts)
+		h += ",v1=" + rotationV1(s, body, ts)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -69,9 +69,9 @@ func reviewPost(t *testing.T, url string, body []byte, secrets ...string) int {
 // throughout; Stripe's overlap header (one v1 per secret) throughout; nothing signed
 // with a key that was active is lost, nothing signed only with the expired key is
 // recorded.
-func TestReviewRotationOldSecretStopsAtExpiresAtNewOneKeepsVerifying(t *testing.T) {
+func TestRotationOldSecretStopsAtExpiresAtNewOneKeepsVerifying(t *testing.T) {
 	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
-	expires := time.Now().Truncate(time.Second).Add(25 * time.Second)
+	expires := time.Now().Truncate(time.Second).Add(10 * time.Second)
 	manifest := fmt.Sprintf(`apiVersion: hookkeeper.dev/v1alpha1
 kind: WebhookEndpoint
 metadata: {name: orders, namespace: rotation}
@@ -101,8 +101,8 @@ spec:
 	}
 	env := map[string]string{
 		config.EnvDatabaseURL:               dbURL,
-		config.EnvSigningSecretPrefix + "0": reviewNewSecret,
-		config.EnvSigningSecretPrefix + "1": reviewOldSecret,
+		config.EnvSigningSecretPrefix + "0": rotationNewSecret,
+		config.EnvSigningSecretPrefix + "1": rotationOldSecret,
 	}
 	getenv := func(k string) string { return env[k] }
 	ep, err := config.Load(path, getenv)
@@ -150,7 +150,7 @@ spec:
 		id := fmt.Sprintf("evt_rot_%s_%d", keys, n)
 		body := demo.StripeEvent(id, "payment_intent.succeeded", fmt.Sprintf("order-%d", n), 4200, time.Now())
 		s := sent{id: id, keys: keys, start: time.Now()}
-		s.status = reviewPost(t, url, body, secrets...)
+		s.status = rotationPost(t, url, body, secrets...)
 		s.end = time.Now()
 		all = append(all, s)
 		return s
@@ -159,9 +159,9 @@ spec:
 	pace := time.NewTicker(100 * time.Millisecond) // the client's send rate
 	defer pace.Stop()
 	for time.Now().Before(deadline) {
-		send("old", reviewOldSecret)
-		send("new", reviewNewSecret)
-		send("both", reviewNewSecret, reviewOldSecret)
+		send("old", rotationOldSecret)
+		send("new", rotationNewSecret)
+		send("both", rotationNewSecret, rotationOldSecret)
 		<-pace.C
 	}
 	for i := range all {
