@@ -9,17 +9,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
-	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -95,46 +91,15 @@ spec:
   delivery: {sink: {url: "http://127.0.0.1:9/"}}
   receiver: {path: /stripe}
 `, expires.UTC().Format(time.RFC3339))
-	path := filepath.Join(t.TempDir(), "endpoint.yaml")
-	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
+	rr := serveManifest(t, manifest, map[string]string{
 		config.EnvDatabaseURL:               dbURL,
 		config.EnvSigningSecretPrefix + "0": rotationNewSecret,
 		config.EnvSigningSecretPrefix + "1": rotationOldSecret,
-	}
-	getenv := func(k string) string { return env[k] }
-	ep, err := config.Load(path, getenv)
-	if err != nil {
-		t.Fatalf("load endpoint: %v", err)
-	}
-	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
-			Endpoint: ep, Getenv: getenv, Dispatcher: false,
-			WebhookAddr: webhookAddr, AdminAddr: adminAddr,
-			ShutdownTimeout: 5 * time.Second, Log: logr.Discard(),
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		_ = testsupport.Await(t, done, 40*time.Second, "the receiver to stop")
-	})
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			return fmt.Errorf("receiver exited: %w", err)
-		default:
-			return nil
-		}
-	})
+	}, false)
 	if time.Until(expires) < 3*time.Second {
 		t.Skipf("the receiver took too long to start; %s left before expiresAt", time.Until(expires))
 	}
-	url := "http://" + webhookAddr + "/stripe"
+	url := rr.url
 
 	type sent struct {
 		id           string

@@ -102,14 +102,20 @@ type contractReceiver struct {
 // this process, as `hookkeeper-receiver receiver` does, and waits for /readyz.
 func startContractReceiver(t *testing.T, dbURL, manifest string, dispatcher bool) *contractReceiver {
 	t.Helper()
+	return serveManifest(t, manifest, map[string]string{
+		config.EnvDatabaseURL:               dbURL,
+		config.EnvSigningSecretPrefix + "0": contractStripeSecret,
+		config.EnvDeliverySecret:            contractSinkKey,
+	}, dispatcher)
+}
+
+// serveManifest serves manifest with env as its environment, in this process, and waits
+// for /readyz; the receiver stops at cleanup (or at stop).
+func serveManifest(t *testing.T, manifest string, env map[string]string, dispatcher bool) *contractReceiver {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "endpoint.yaml")
 	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
-	}
-	env := map[string]string{
-		config.EnvDatabaseURL:               contractDBURL(dbURL),
-		config.EnvSigningSecretPrefix + "0": contractStripeSecret,
-		config.EnvDeliverySecret:            contractSinkKey,
 	}
 	getenv := func(k string) string { return env[k] }
 	ep, err := config.Load(path, getenv)
@@ -147,9 +153,6 @@ func startContractReceiver(t *testing.T, dbURL, manifest string, dispatcher bool
 	t.Cleanup(rr.stop)
 	return rr
 }
-
-// contractDBURL is dbURL as is (a hook to add a password when a test wants one).
-func contractDBURL(dbURL string) string { return dbURL }
 
 func (rr *contractReceiver) send(t *testing.T, id, typ, order string, at time.Time) {
 	t.Helper()
