@@ -60,6 +60,7 @@ func TestWebhookEndpointController(t *testing.T) {
 	t.Run("HTTPRouteExposure", e.testHTTPRoute)
 	t.Run("ReceiverPoolServesItsEndpoints", e.testReceiverPool)
 	t.Run("ReceiverPoolFailuresAreReported", e.testPoolFailuresAreReported)
+	t.Run("ReceiverPoolRecoversOnceTheForeignObjectIsGone", e.testPoolRecoversOnceTheForeignObjectIsGone)
 	t.Run("DedicatedReceiversAutoscale", e.testAutoscaling)
 	t.Run("ReceiverPoolExposure", e.testPoolExposure)
 	// Last: it checks what the manager did through its cache in every scenario above.

@@ -133,7 +133,9 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 
 // failed reports what stops the pool's receivers in its status (Ready False, and Stalled
 // when a person must act, else Reconciling) and in a Warning Event when it starts or
-// changes. A stalled pool waits for a change; any other failure is retried.
+// changes. A pool stalled by its own spec or its members waits for them to change (both
+// are watched); any other failure, NotOwned included (deleting the object in the way
+// fires no event the pool watches), is retried with backoff.
 func (r *WebhookReceiverPoolReconciler) failed(ctx context.Context, pool, original *v1alpha1.WebhookReceiverPool,
 	members []v1alpha1.PoolMember, reason string, cause error) (ctrl.Result, error) {
 	msg := oneLine(cause.Error())
@@ -161,7 +163,7 @@ func (r *WebhookReceiverPoolReconciler) failed(ctx context.Context, pool, origin
 	if err := r.patchStatus(ctx, pool, original); err != nil {
 		return ctrl.Result{}, errors.Join(cause, err)
 	}
-	if stalled {
+	if stalled && reason != ReasonNotOwned {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, cause

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/gomega" //nolint:revive // gomega's matchers read best unqualified
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -400,4 +402,41 @@ func conditionOf(conds []metav1.Condition, t string) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// A pool whose Service name is taken by an app's own Service stalls with NotOwned, and
+// its message says "rename or delete it". Once the app's Service is deleted the pool
+// must converge, as an endpoint does (testForeignObjectsAreNotTakenOver). The pool's
+// failure path returns no error and no requeue for a stalled reason, and nothing the
+// pool watches changes when an object it does not own goes, so it never retries.
+func (e *env) testPoolRecoversOnceTheForeignObjectIsGone(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.withPoolSecrets(t, ns)
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: resources.PoolName("shared"), Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "storefront"},
+			Ports:    []corev1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(3000)}},
+		},
+	}
+	g.Expect(e.k8s.Create(e.ctx, foreign)).To(Succeed())
+	p := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns}}
+	g.Expect(e.k8s.Create(e.ctx, p)).To(Succeed())
+	e.create(t, pooled(ns, "orders", "shared"))
+
+	g.Eventually(func(g Gomega) {
+		_, ready := e.poolCondition(g, ns, p.Name, v1alpha1.ConditionReady)
+		g.Expect(ready.Reason).To(Equal(controllers.ReasonNotOwned), "Ready: %+v", ready)
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	g.Expect(e.k8s.Delete(e.ctx, foreign)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		own := &corev1.Service{}
+		g.Expect(e.k8s.Get(e.ctx, client.ObjectKeyFromObject(foreign), own)).To(Succeed())
+		g.Expect(own.Spec.Selector).To(Equal(resources.PoolSelectorLabels(p)), "the pool's own Service")
+		_, ready := e.poolCondition(g, ns, p.Name, v1alpha1.ConditionReady)
+		g.Expect(ready.Reason).NotTo(Equal(controllers.ReasonNotOwned), "Ready: %+v", ready)
+	}).WithTimeout(60*time.Second).WithPolling(poll).Should(Succeed(),
+		"the pool never retried after the object in its way was deleted")
 }

@@ -454,10 +454,6 @@ func validateRetention(spec *v1alpha1.WebhookEndpointSpec) error {
 	if p, d := r.PayloadFor, r.DedupeFor; p != nil && d != nil && d.Duration != 0 && (p.Duration == 0 || d.Duration < p.Duration) {
 		errs = append(errs, expr.Errorf("spec.retention.dedupeFor", "must be 0s (forever) or at least retention.payloadFor (%s): a receipt's dedupe record must outlive its payload, got %s", p.Duration, d.Duration))
 	}
-	if p, k := r.PayloadFor, spec.StateMachine.ParkFor; p != nil && k != nil && p.Duration != 0 && p.Duration <= k.Duration {
-		errs = append(errs, expr.Errorf("spec.retention.payloadFor", "must be 0s (forever) or longer than stateMachine.parkFor (%s): "+
-			"an event that expires after parkFor can be re-driven only while its payload is kept, got %s", k.Duration, p.Duration))
-	}
 	return errors.Join(errs...)
 }
 

@@ -262,11 +262,6 @@ func TestValidate(t *testing.T) {
 			we.Spec.Retention.PayloadFor = &metav1.Duration{}
 			we.Spec.Retention.DedupeFor = &metav1.Duration{Duration: 24 * time.Hour}
 		}, "spec.retention.dedupeFor: must be 0s (forever) or at least retention.payloadFor (0s)"},
-		// An event parked for 72h and then expired would have lost its payload to the
-		// next prune: the runbook's re-drive (replay --outcome expired) finds nothing.
-		{"payloads kept no longer than parking", func(we *v1alpha1.WebhookEndpoint) {
-			we.Spec.Retention.PayloadFor = &metav1.Duration{Duration: 24 * time.Hour}
-		}, "spec.retention.payloadFor: must be 0s (forever) or longer than stateMachine.parkFor (72h0m0s)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,5 +30,5 @@ func isMetadataHost(host string) bool {
 	if ip, err := netip.ParseAddr(h); err == nil {
 		return IsMetadataAddress(ip)
 	}
-	return h == "metadata.google.internal" || h == "metadata"
+	return h == "metadata.google.internal"
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
@@ -61,6 +62,7 @@ type PoolOptions struct {
 	RetentionInterval time.Duration
 	// PoolMaxInFlight caps the requests the process handles at once, all endpoints
 	// together (the pool's spec.maxInFlight); v1alpha1.DefaultMaxInFlight when zero.
+	// One endpoint may hold at most half of them.
 	PoolMaxInFlight int
 	// WebhookAddr and AdminAddr are the listen addresses (host:port).
 	WebhookAddr, AdminAddr string
@@ -79,6 +81,9 @@ type PoolOptions struct {
 // version serving. /readyz holds once Dir was read and no endpoint's database is
 // consulted; GET /endpoints on the admin port says what each endpoint does.
 func ServePool(ctx context.Context, o PoolOptions) error {
+	if o.PoolMaxInFlight <= 0 {
+		o.PoolMaxInFlight = v1alpha1.DefaultMaxInFlight
+	}
 	p, err := newEndpointPool(o)
 	if err != nil {
 		return err
@@ -567,6 +572,7 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 		Dispatcher:        p.o.Dispatcher,
 		GroupCommit:       p.o.GroupCommit,
 		MaxInFlight:       p.o.MaxInFlight,
+		MaxShare:          max(1, p.o.PoolMaxInFlight/2),
 		RetentionInterval: p.o.RetentionInterval,
 		Pooled:            true,
 		Listener:          db.listener,

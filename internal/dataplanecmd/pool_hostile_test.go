@@ -111,8 +111,8 @@ func TestPoolReaddWhileOldDrainsKeepsMetricsAndHeartbeat(t *testing.T) {
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
-		case <-p.done:
-			t.Fatal("pool exited")
+		case err := <-p.done:
+			t.Fatalf("pool exited: %v", err)
 		}
 	}
 }
@@ -204,8 +204,8 @@ func TestPoolKubeletSwapMidReadKeepsMembers(t *testing.T) {
 		}
 		select {
 		case <-time.After(5 * time.Millisecond):
-		case <-p.done:
-			t.Fatal("pool exited")
+		case err := <-p.done:
+			t.Fatalf("pool exited: %v", err)
 		}
 	}
 	summary := []string{}

@@ -464,26 +464,28 @@ func TestPoolRefusesAnEndpointBesideTheDirectory(t *testing.T) {
 // spec.maxInFlight, --pool-max-in-flight): each endpoint's own maxInFlight alone let a
 // pod hold members × maxInFlight bodies, so anyone could hold nearly complete bodies
 // open on a few members until the pod ran out of memory and every member went down.
-// Beyond the cap a request for any member gets 503 with Retry-After before its body is
-// read; once the held requests end, the members are served again.
+// One member gets at most half of the slots, so one stuck or flooded member cannot
+// starve the others. Beyond either limit a request gets 503 with Retry-After before its
+// body is read; once the held requests end, the members are served again.
 func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
 	vol := newSecretVolume(t)
-	for _, m := range []string{"mem-a", "mem-b"} {
+	for _, m := range []string{"mem-a", "mem-b", "mem-c"} {
 		vol.set(m, poolEndpoint{name: m, schema: "shared"}.manifest(), poolEnv(db, "whsec_"+m))
 	}
-	p := startPool(t, vol.dir, "--pool-max-in-flight", "2")
-	if c := p.post(t, "/mem-b/", "whsec_mem-b"); c != http.StatusOK {
-		t.Fatalf("/mem-b/ before any load: %d, want 200", c)
+	p := startPool(t, vol.dir, "--pool-max-in-flight", "4")
+	if c := p.post(t, "/mem-c/", "whsec_mem-c"); c != http.StatusOK {
+		t.Fatalf("/mem-c/ before any load: %d, want 200", c)
 	}
 
-	// Two requests to mem-a announce a body and never finish it.
+	// Requests that announce a body and never finish it.
 	var writers []*io.PipeWriter
-	done := make(chan struct{}, 2)
-	for range 2 {
+	done := make(chan struct{}, 4)
+	held := map[string]int{}
+	holdOn := func(member string) {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
-		req, err := http.NewRequest(http.MethodPost, p.webhook+"/mem-a/", pr)
+		req, err := http.NewRequest(http.MethodPost, p.webhook+"/"+member+"/", pr)
 		must(t, err)
 		req.ContentLength = 1 << 10
 		go func() {
@@ -493,14 +495,28 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 			done <- struct{}{}
 		}()
 		go func() { _, _ = pw.Write([]byte("{")) }()
+		held[member]++
+		want := float64(held[member])
+		testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "held requests to "+member, func() bool {
+			return testutil.ToFloat64(metrics.InFlight.WithLabelValues("shop/"+member)) == want
+		})
 	}
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "two mem-a requests held in flight", func() bool {
-		return testutil.ToFloat64(metrics.InFlight.WithLabelValues("shop/mem-a")) == 2
-	})
+	// mem-a holds its share, half of the 4 slots: its next request is refused, mem-b is
+	// still served.
+	holdOn("mem-a")
+	holdOn("mem-a")
+	if status, err := p.postErr("/mem-a/", "whsec_mem-a"); err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-a/ beyond its half of the pool's slots: %d %v, want 503", status, err)
+	}
+	if c := p.post(t, "/mem-b/", "whsec_mem-b"); c != http.StatusOK {
+		t.Errorf("/mem-b/ while mem-a holds its share: %d, want 200", c)
+	}
+	// mem-b holds the other two: the pod is full, and mem-c is refused by the pool's cap.
+	holdOn("mem-b")
+	holdOn("mem-b")
 	refusedBefore := testutil.ToFloat64(metrics.PoolOverloaded)
-	status, err := p.postErr("/mem-b/", "whsec_mem-b")
-	if err != nil || status != http.StatusServiceUnavailable {
-		t.Errorf("/mem-b/ with the pool's 2 slots held by mem-a: %d %v, want 503", status, err)
+	if status, err := p.postErr("/mem-c/", "whsec_mem-c"); err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-c/ with the pool's 4 slots held: %d %v, want 503", status, err)
 	}
 	if got := testutil.ToFloat64(metrics.PoolOverloaded) - refusedBefore; got != 1 {
 		t.Errorf("hookkeeper_receiver_pool_overloaded_total rose by %v, want 1", got)
@@ -509,13 +525,13 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	for _, w := range writers {
 		_ = w.CloseWithError(io.ErrUnexpectedEOF)
 	}
-	for range 2 {
+	for range writers {
 		if err := testsupport.Await(t, chanErr(done), 10*time.Second, "a held request to end"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-b served once the slots are free", func() bool {
-		return p.post(t, "/mem-b/", "whsec_mem-b") == http.StatusOK
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-c served once the slots are free", func() bool {
+		return p.post(t, "/mem-c/", "whsec_mem-c") == http.StatusOK
 	})
 }
 

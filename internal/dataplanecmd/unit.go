@@ -31,7 +31,11 @@ type unitOptions struct {
 	Dispatcher  bool
 	GroupCommit receipt.GroupCommit
 	// MaxInFlight overrides spec.receiver.maxInFlight when positive.
-	MaxInFlight       int
+	MaxInFlight int
+	// MaxShare, when positive, caps the unit's in-flight limit: a receiver pool gives a
+	// member at most half of the pod's slots, so one stuck or flooded member cannot
+	// take them all.
+	MaxShare          int
 	RetentionInterval time.Duration
 	// Pooled builds the unit for a receiver pool: its database pool connects on first
 	// use (an endpoint whose database is down still starts, and answers 503) and closes
@@ -211,6 +215,9 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 	u.maxInFlight = int(ep.Spec.Receiver.MaxInFlight)
 	if o.MaxInFlight > 0 {
 		u.maxInFlight = o.MaxInFlight
+	}
+	if o.MaxShare > 0 {
+		u.maxInFlight = min(u.maxInFlight, o.MaxShare)
 	}
 	u.handler = receiver.LimitInFlight(handler, ep.Key(), u.maxInFlight, log.WithName("webhook"))
 	return u, nil

@@ -58,9 +58,10 @@ type ServerOptions struct {
 	// v1alpha1.DefaultMaxInFlight.
 	MaxInFlight int
 	// PerEndpointLimits says Webhook enforces its own in-flight limits, one per endpoint
-	// (LimitInFlight around each endpoint's handler, as a receiver pool does): the
-	// server's MaxInFlight is then a cap on all of them together (LimitTotal), so the
-	// process's body memory stays bounded whatever the number of endpoints.
+	// (LimitInFlight around each endpoint's handler): the server adds none, and a
+	// positive MaxInFlight is then a cap on all of them together (LimitTotal, a receiver
+	// pool's), so the process's body memory stays bounded whatever the number of
+	// endpoints.
 	PerEndpointLimits bool
 	// DB backs /readyz, unless Ready is set.
 	DB Pinger
@@ -104,15 +105,13 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = v1alpha1.DefaultMaxInFlight
-	}
 	s := &Server{opts: opts}
 	webhookLog := opts.Logger.WithName("webhook")
 	webhook := opts.Webhook
-	if opts.PerEndpointLimits {
+	switch {
+	case opts.PerEndpointLimits && opts.MaxInFlight > 0:
 		webhook = LimitTotal(webhook, opts.MaxInFlight, webhookLog)
-	} else {
+	case !opts.PerEndpointLimits:
 		webhook = LimitInFlight(webhook, opts.Endpoint, opts.MaxInFlight, webhookLog)
 	}
 	s.webhook = newHTTPServer(webhook, webhookLog)
