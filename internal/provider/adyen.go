@@ -32,13 +32,10 @@ type adyenVerifier struct {
 func init() {
 	register(Provider{
 		Type: v1alpha1.ProviderAdyen,
-		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, _ time.Duration) (signature.Verifier, error) {
-			keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyHex, secrets)
-			if err != nil {
-				return nil, err
-			}
-			return verifierOf{&adyenVerifier{keys: keys}}, nil
-		},
+		// Adyen signs no timestamp, so there is no tolerance to keep.
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyHex, func(keys *signature.Keyring, _ time.Duration) opener {
+			return &adyenVerifier{keys: keys}
+		}),
 		// No OccurredAt: eventDate is outside the item signature. Whichever copy of an
 		// item arrives first is recorded, so an attacker holding one genuine item could
 		// re-send it dated 1970 before Adyen's retry and have it judged stale, the

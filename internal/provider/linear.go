@@ -42,13 +42,9 @@ type linearVerifier struct {
 func init() {
 	register(Provider{
 		Type: ProviderLinear,
-		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
-			keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyRaw, secrets)
-			if err != nil {
-				return nil, err
-			}
-			return verifierOf{&linearVerifier{keys: keys, tolerance: tolerance}}, nil
-		},
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(keys *signature.Keyring, tolerance time.Duration) opener {
+			return &linearVerifier{keys: keys, tolerance: tolerance}
+		}),
 		Preset: Preset{
 			// Linear-Delivery is not signed, and webhookTimestamp is the time of sending, so
 			// the body digest need not repeat on a retry. A data-change event is named by

@@ -37,13 +37,9 @@ type mailgunVerifier struct {
 func init() {
 	register(Provider{
 		Type: ProviderMailgun,
-		Verifier: func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
-			keys, err := signature.NewHMACKeyring(sha256.New, v1alpha1.KeyRaw, secrets)
-			if err != nil {
-				return nil, err
-			}
-			return verifierOf{&mailgunVerifier{keys: keys, tolerance: tolerance}}, nil
-		},
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(keys *signature.Keyring, tolerance time.Duration) opener {
+			return &mailgunVerifier{keys: keys, tolerance: tolerance}
+		}),
 		Preset: Preset{
 			// The token is the only signed value that identifies a delivery; event-data,
 			// its id included, is not signed.

@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"hash"
 	"net/http"
+	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -22,6 +24,19 @@ type verifierOf struct{ opener }
 func (v verifierOf) Verify(req signature.Request) error {
 	_, err := v.Open(req)
 	return err
+}
+
+// hmacKeyringVerifier is the Provider.Verifier of a provider whose own opener checks
+// HMACs under newHash with the keyring of the endpoint's secrets (keys encoded as enc):
+// it builds that keyring and hands it, with the endpoint's tolerance, to newOpener.
+func hmacKeyringVerifier(newHash func() hash.Hash, enc v1alpha1.KeyEncoding, newOpener func(keys *signature.Keyring, tolerance time.Duration) opener) func(v1alpha1.ProviderSpec, []signature.Secret, time.Duration) (signature.Verifier, error) {
+	return func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
+		keys, err := signature.NewHMACKeyring(newHash, enc, secrets)
+		if err != nil {
+			return nil, err
+		}
+		return verifierOf{newOpener(keys, tolerance)}, nil
+	}
 }
 
 // headerSignature reads the one MAC that a provider with its own verifier (Adyen's
