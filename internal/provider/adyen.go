@@ -302,9 +302,5 @@ func adyenSample(e SampleEvent) (Delivery, error) {
 // body under the hex key. It does not write per-item signatures: the header form is
 // the one that signs every byte, and the verifier reads the same items from it.
 func adyenSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
-	return signWithScheme(signature.Scheme{
-		HeaderSets: []signature.HeaderSet{{Signature: HeaderAdyenHmacSignature}},
-		Encoding:   v1alpha1.EncodingBase64,
-		Template:   signature.MustTemplate("{body}"),
-	}, sha256.New, v1alpha1.KeyHex, secret, d)
+	return signWithScheme(*bodyScheme(HeaderAdyenHmacSignature, "", v1alpha1.EncodingBase64), sha256.New, v1alpha1.KeyHex, secret, d)
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderBitbucket is the spec.provider.type of Bitbucket Cloud.
@@ -18,13 +17,8 @@ const ProviderBitbucket v1alpha1.ProviderType = "Bitbucket"
 // are not.
 func init() {
 	register(Provider{
-		Type: ProviderBitbucket,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Hub-Signature"}},
-			Prefix:     "sha256=",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderBitbucket,
+		Scheme:      bodyScheme("X-Hub-Signature", "sha256=", v1alpha1.EncodingHex),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

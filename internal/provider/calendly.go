@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderCalendly is the spec.provider.type of Calendly.
@@ -19,13 +18,8 @@ const ProviderCalendly v1alpha1.ProviderType = "Calendly"
 // body and is a duplicate.
 func init() {
 	register(Provider{
-		Type: ProviderCalendly,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "Calendly-Webhook-Signature"}},
-			Composite:  &signature.Composite{PairSeparator: ",", KeyValueSeparator: "=", TimestampKey: "t", SignatureKey: "v1"},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{timestamp}.{body}"),
-		},
+		Type:        ProviderCalendly,
+		Scheme:      stripeStyleScheme("Calendly-Webhook-Signature"),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

@@ -4,20 +4,14 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // GitHub signs the body with HMAC-SHA256 and sends `X-Hub-Signature-256: sha256=<hex>`.
 // Neither X-GitHub-Delivery nor X-GitHub-Event is signed.
 func init() {
 	register(Provider{
-		Type: v1alpha1.ProviderGitHub,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Hub-Signature-256"}},
-			Prefix:     "sha256=",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        v1alpha1.ProviderGitHub,
+		Scheme:      bodyScheme("X-Hub-Signature-256", "sha256=", v1alpha1.EncodingHex),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

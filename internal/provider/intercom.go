@@ -4,7 +4,6 @@ import (
 	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Intercom signs with; HMAC does not rely on SHA-1's collision resistance.
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderIntercom is the spec.provider.type of Intercom.
@@ -16,13 +15,8 @@ const ProviderIntercom v1alpha1.ProviderType = "Intercom"
 // (notif_...) and created_at are body fields, so they are signed.
 func init() {
 	register(Provider{
-		Type: ProviderIntercom,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Hub-Signature"}},
-			Prefix:     "sha1=",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderIntercom,
+		Scheme:      bodyScheme("X-Hub-Signature", "sha1=", v1alpha1.EncodingHex),
 		Hash:        sha1.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

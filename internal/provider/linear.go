@@ -163,9 +163,5 @@ func linearSample(e SampleEvent) (Delivery, error) {
 // linearSigner signs the body as is: its webhookTimestamp is part of it (the sample
 // writes the time it is signed at).
 func linearSigner(_ v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
-	return signWithScheme(signature.Scheme{
-		HeaderSets: []signature.HeaderSet{{Signature: HeaderLinearSignature}},
-		Encoding:   v1alpha1.EncodingHex,
-		Template:   signature.MustTemplate("{body}"),
-	}, sha256.New, v1alpha1.KeyRaw, secret, d)
+	return signWithScheme(*bodyScheme(HeaderLinearSignature, "", v1alpha1.EncodingHex), sha256.New, v1alpha1.KeyRaw, secret, d)
 }

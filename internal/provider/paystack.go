@@ -4,7 +4,6 @@ import (
 	"crypto/sha512"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderPaystack is the spec.provider.type of Paystack.
@@ -16,12 +15,8 @@ const ProviderPaystack v1alpha1.ProviderType = "Paystack"
 // event envelope ({"event", "data"}) has no event id, so the id is the body digest.
 func init() {
 	register(Provider{
-		Type: ProviderPaystack,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Paystack-Signature"}},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderPaystack,
+		Scheme:      bodyScheme("X-Paystack-Signature", "", v1alpha1.EncodingHex),
 		Hash:        sha512.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderRazorpay is the spec.provider.type of Razorpay.
@@ -17,12 +16,8 @@ const ProviderRazorpay v1alpha1.ProviderType = "Razorpay"
 // retries and dashboard replays resend the event "exactly as originally generated".
 func init() {
 	register(Provider{
-		Type: ProviderRazorpay,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Razorpay-Signature"}},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderRazorpay,
+		Scheme:      bodyScheme("X-Razorpay-Signature", "", v1alpha1.EncodingHex),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

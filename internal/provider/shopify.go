@@ -4,19 +4,14 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // Shopify signs the body with HMAC-SHA256 under the app's client secret and sends the
 // base64 MAC in X-Shopify-Hmac-Sha256. No header is signed.
 func init() {
 	register(Provider{
-		Type: v1alpha1.ProviderShopify,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Shopify-Hmac-Sha256"}},
-			Encoding:   v1alpha1.EncodingBase64,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        v1alpha1.ProviderShopify,
+		Scheme:      bodyScheme("X-Shopify-Hmac-Sha256", "", v1alpha1.EncodingBase64),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

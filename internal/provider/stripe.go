@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // Stripe signs `{t}.{body}` with HMAC-SHA256 under the whole endpoint secret
@@ -12,13 +11,8 @@ import (
 // per secret during Stripe's own roll.
 func init() {
 	register(Provider{
-		Type: v1alpha1.ProviderStripe,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "Stripe-Signature"}},
-			Composite:  &signature.Composite{PairSeparator: ",", KeyValueSeparator: "=", TimestampKey: "t", SignatureKey: "v1"},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{timestamp}.{body}"),
-		},
+		Type:        v1alpha1.ProviderStripe,
+		Scheme:      stripeStyleScheme("Stripe-Signature"),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderTypeform is the spec.provider.type of Typeform.
@@ -16,13 +15,8 @@ const ProviderTypeform v1alpha1.ProviderType = "Typeform"
 // submitted_at are body fields.
 func init() {
 	register(Provider{
-		Type: ProviderTypeform,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "Typeform-Signature"}},
-			Prefix:     "sha256=",
-			Encoding:   v1alpha1.EncodingBase64,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderTypeform,
+		Scheme:      bodyScheme("Typeform-Signature", "sha256=", v1alpha1.EncodingBase64),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

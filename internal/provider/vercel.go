@@ -4,7 +4,6 @@ import (
 	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Vercel signs with; HMAC does not rely on SHA-1's collision resistance.
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 // ProviderVercel is the spec.provider.type of Vercel.
@@ -16,12 +15,8 @@ const ProviderVercel v1alpha1.ProviderType = "Vercel"
 // is signed; the id, type and createdAt (Unix milliseconds) are body fields.
 func init() {
 	register(Provider{
-		Type: ProviderVercel,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Vercel-Signature"}},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
+		Type:        ProviderVercel,
+		Scheme:      bodyScheme("X-Vercel-Signature", "", v1alpha1.EncodingHex),
 		Hash:        sha1.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
