@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"hash"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -13,27 +14,14 @@ func init() {
 		Type: v1alpha1.ProviderHMAC,
 		Verifier: func(spec v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
 			scheme, _ := hmacScheme(spec)
-			h := spec.HMAC
-			algorithm, keyEncoding := h.Algorithm, h.KeyEncoding
-			if algorithm == "" {
-				algorithm = v1alpha1.DefaultHMACAlgorithm
-			}
-			if keyEncoding == "" {
-				keyEncoding = v1alpha1.DefaultHMACKeyEncoding
-			}
-			return newSchemeVerifier(scheme, hashes[algorithm], keyEncoding, secrets, tolerance)
+			newHash, keyEncoding := hmacKey(spec.HMAC)
+			return newSchemeVerifier(scheme, newHash, keyEncoding, secrets, tolerance)
 		},
 		Preset: Preset{ID: `body.id`, Type: `body.type`},
 		Sign: func(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delivery, error) {
 			scheme, _ := hmacScheme(spec)
-			algorithm, keyEncoding := spec.HMAC.Algorithm, spec.HMAC.KeyEncoding
-			if algorithm == "" {
-				algorithm = v1alpha1.DefaultHMACAlgorithm
-			}
-			if keyEncoding == "" {
-				keyEncoding = v1alpha1.DefaultHMACKeyEncoding
-			}
-			return signWithScheme(scheme, hashes[algorithm], keyEncoding, secret, d)
+			newHash, keyEncoding := hmacKey(spec.HMAC)
+			return signWithScheme(scheme, newHash, keyEncoding, secret, d)
 		},
 		Sample: genericSample,
 		Doc: Doc{
@@ -44,6 +32,19 @@ func init() {
 			Source:    "[HMAC](#hmac-any-other-provider)",
 		},
 	})
+}
+
+// hmacKey is the hash and key encoding spec.provider.hmac names, with the defaults for
+// those it leaves out; it verifies and signs alike.
+func hmacKey(h *v1alpha1.HMACSpec) (func() hash.Hash, v1alpha1.KeyEncoding) {
+	algorithm, keyEncoding := h.Algorithm, h.KeyEncoding
+	if algorithm == "" {
+		algorithm = v1alpha1.DefaultHMACAlgorithm
+	}
+	if keyEncoding == "" {
+		keyEncoding = v1alpha1.DefaultHMACKeyEncoding
+	}
+	return hashes[algorithm], keyEncoding
 }
 
 // genericSample is the sample of the generic schemes (HMAC, Ed25519): their presets
