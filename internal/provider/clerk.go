@@ -34,9 +34,7 @@ func init() {
 
 // clerkSample is an event whose svix-id is the event id.
 func clerkSample(e SampleEvent) (Delivery, error) {
-	d, err := jsonDelivery(map[string]any{
+	return signedIDDelivery(e.ID, map[string]any{
 		"type": e.Type, "object": "event", "timestamp": e.Time.UnixMilli(), "data": map[string]any{"id": e.EntityKey},
 	})
-	d.ID = e.ID
-	return d, err
 }

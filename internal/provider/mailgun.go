@@ -142,15 +142,13 @@ func (v *mailgunVerifier) decode(s string) ([]byte, bool) {
 // mailgunSample is an event whose token (Mailgun's signed id) is the event id; Sign
 // fills in the signature object.
 func mailgunSample(e SampleEvent) (Delivery, error) {
-	d, err := jsonDelivery(map[string]any{
+	return signedIDDelivery(e.ID, map[string]any{
 		"signature": map[string]any{},
 		"event-data": map[string]any{
 			"event": e.Type, "id": e.ID, "timestamp": e.Time.Unix(),
 			"message": map[string]any{"headers": map[string]any{"message-id": e.EntityKey}},
 		},
 	})
-	d.ID = e.ID
-	return d, err
 }
 
 // mailgunSigner writes the body's signature object: the timestamp, the token (d.ID, or a

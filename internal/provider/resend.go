@@ -34,9 +34,7 @@ func init() {
 
 // resendSample is an event whose svix-id is the event id.
 func resendSample(e SampleEvent) (Delivery, error) {
-	d, err := jsonDelivery(map[string]any{
+	return signedIDDelivery(e.ID, map[string]any{
 		"type": e.Type, "created_at": rfc3339(e.Time), "data": map[string]any{"id": e.EntityKey},
 	})
-	d.ID = e.ID
-	return d, err
 }

@@ -158,6 +158,18 @@ func jsonDelivery(body any, header ...string) (Delivery, error) {
 	return Delivery{Body: b, Header: h}, nil
 }
 
+// signedIDDelivery is jsonDelivery for a provider whose scheme signs a delivery id
+// (svix-id, webhook-id, Twitch's message id, Mailgun's token): the sample carries id for
+// Sign to put where the scheme reads it.
+func signedIDDelivery(id string, body any, header ...string) (Delivery, error) {
+	d, err := jsonDelivery(body, header...)
+	if err != nil {
+		return Delivery{}, err
+	}
+	d.ID = id
+	return d, nil
+}
+
 // rfc3339 writes t as the providers' JSON bodies do, in UTC with milliseconds.
 func rfc3339(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 

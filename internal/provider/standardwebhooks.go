@@ -122,11 +122,9 @@ func init() {
 
 // standardWebhooksSample is an event whose webhook-id is the event id.
 func standardWebhooksSample(e SampleEvent) (Delivery, error) {
-	d, err := jsonDelivery(map[string]any{
+	return signedIDDelivery(e.ID, map[string]any{
 		"type": e.Type, "timestamp": rfc3339(e.Time), "data": map[string]any{"id": e.EntityKey},
 	})
-	d.ID = e.ID
-	return d, err
 }
 
 // standardWebhooksSigner signs `v1,` with a whsec_ secret, under the header set whose

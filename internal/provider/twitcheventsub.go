@@ -83,13 +83,11 @@ func twitchEventSubHandshake(v *signature.Verified, _ http.Header) (Response, bo
 // twitchEventSubSample is a notification of subscription type e.Type for the
 // broadcaster the entity key names; its message id is the event id.
 func twitchEventSubSample(e SampleEvent) (Delivery, error) {
-	d, err := jsonDelivery(map[string]any{
+	return signedIDDelivery(e.ID, map[string]any{
 		"subscription": map[string]any{
 			"id": e.ID, "type": e.Type, "version": "1", "status": "enabled",
 			"condition": map[string]any{"broadcaster_user_id": e.EntityKey},
 		},
 		"event": map[string]any{"broadcaster_user_id": e.EntityKey},
 	}, "Twitch-Eventsub-Message-Type", "notification")
-	d.ID = e.ID
-	return d, err
 }
