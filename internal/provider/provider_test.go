@@ -120,7 +120,7 @@ func signerFor(t testing.TB, p *Provider) testSigner {
 // signScheme signs body under scheme from the scheme's description alone.
 func signScheme(scheme signature.Scheme, sign func([]byte) []byte, body []byte, now time.Time) signature.Request {
 	set := scheme.HeaderSets[0]
-	ts := formatTimestamp(scheme.TimestampFormat, now)
+	ts := signature.FormatTimestamp(scheme.TimestampFormat, now)
 	values := map[string]string{
 		signature.PlaceholderBody: string(body), signature.PlaceholderTimestamp: ts, signature.PlaceholderID: fuzzID,
 		signature.PlaceholderMethod: http.MethodPost, signature.PlaceholderURL: scheme.URL,

@@ -304,17 +304,6 @@ func (v vector) timestampFormat() v1alpha1.TimestampFormat {
 	return v1alpha1.TimestampUnix
 }
 
-// formatTimestamp writes t in format.
-func formatTimestamp(format v1alpha1.TimestampFormat, t time.Time) string {
-	switch format {
-	case v1alpha1.TimestampUnixMilli:
-		return strconv.FormatInt(t.UnixMilli(), 10)
-	case v1alpha1.TimestampRFC3339:
-		return t.UTC().Format(time.RFC3339Nano)
-	}
-	return strconv.FormatInt(t.Unix(), 10)
-}
-
 func forEachVector(t *testing.T, fn func(t *testing.T, v vector)) {
 	for _, v := range loadVectors(t) {
 		t.Run(v.Name, func(t *testing.T) { fn(t, v) })
@@ -364,7 +353,7 @@ func TestVectorsOneByteChanges(t *testing.T) {
 			req := v.request()
 			at, set := v.signedAt(t, &req)
 			// One second later is still inside the tolerance, so only the MAC catches it.
-			set(formatTimestamp(v.timestampFormat(), at.Add(time.Second)))
+			set(signature.FormatTimestamp(v.timestampFormat(), at.Add(time.Second)))
 			expectReason(t, verifier.Verify(req), signature.ReasonMismatch, v)
 		})
 	})
@@ -416,9 +405,9 @@ func TestVectorsTimestampTolerance(t *testing.T) {
 			// through an overflow in the age arithmetic.
 			req := v.request()
 			_, set := v.timestamp(&req)
-			set(formatTimestamp(v.timestampFormat(), time.Unix(0, 0)))
+			set(signature.FormatTimestamp(v.timestampFormat(), time.Unix(0, 0)))
 			expectReason(t, verifier.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
-			set(formatTimestamp(v.timestampFormat(), time.Unix(99999999999, 0)))
+			set(signature.FormatTimestamp(v.timestampFormat(), time.Unix(99999999999, 0)))
 			expectReason(t, verifier.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 		})
 	})
