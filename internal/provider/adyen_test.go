@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
 const (
@@ -20,41 +20,19 @@ const (
 	adyenKeyB = "DFB1EB5485895CFA84146406857104ABB4CBCABDC8AAF103A624C8F6A3EAAB00" // Adyen Go library's test key
 )
 
-// adyenTestItem is a notification item built by the tests, signed here with crypto/hmac
-// rather than through the package.
-type adyenTestItem struct {
-	PSP, Original, Merchant, Reference string
-	Value                              int64
-	Currency, EventCode, Success       string
-}
-
-func (it adyenTestItem) signingString() string {
-	return strings.Join([]string{it.PSP, it.Original, it.Merchant, it.Reference,
-		fmt.Sprint(it.Value), it.Currency, it.EventCode, it.Success}, ":")
-}
+// adyenTestItem is a notification item built by the tests, signed by sigtest with
+// crypto/hmac rather than through the package.
+type adyenTestItem sigtest.AdyenItem
 
 func (it adyenTestItem) sign(t testing.TB, hexKey string) string {
-	key, err := hex.DecodeString(hexKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, it.signingString()))
+	t.Helper()
+	return sigtest.AdyenItem(it).SignatureUnder(t, hexKey)
 }
 
+// json is the item wrapped as a notificationItems entry, dated, with signature as its
+// hmacSignature as given (empty stays empty).
 func (it adyenTestItem) json(signature string) map[string]any {
-	item := map[string]any{
-		"pspReference":        it.PSP,
-		"merchantAccountCode": it.Merchant,
-		"merchantReference":   it.Reference,
-		"amount":              map[string]any{"value": it.Value, "currency": it.Currency},
-		"eventCode":           it.EventCode,
-		"success":             it.Success,
-		"eventDate":           "2026-01-01T00:00:00+01:00",
-		"additionalData":      map[string]any{"hmacSignature": signature},
-	}
-	if it.Original != "" {
-		item["originalReference"] = it.Original
-	}
+	item := sigtest.AdyenItem(it).WithSignature(signature, map[string]any{"eventDate": "2026-01-01T00:00:00+01:00"})
 	return map[string]any{"NotificationRequestItem": item}
 }
 
@@ -299,8 +277,8 @@ func TestAdyenSignedTextHasOneReading(t *testing.T) {
 	// pspReference "8816:", originalReference "Shop", merchantAccountCode "order",
 	// merchantReference "42": the same signature over a re-split item.
 	resplit := adyenTestItem{PSP: "8816:", Original: "Shop", Merchant: "order", Reference: "42", Value: 1000, Currency: "EUR", EventCode: "AUTHORISATION", Success: "true"}
-	if resplit.signingString() != genuine.signingString() {
-		t.Fatalf("the re-split item signs %q, not %q", resplit.signingString(), genuine.signingString())
+	if got, want := sigtest.AdyenItem(resplit).SignedText(), sigtest.AdyenItem(genuine).SignedText(); got != want {
+		t.Fatalf("the re-split item signs %q, not %q", got, want)
 	}
 	forged := resplit.json(genuine.sign(t, adyenKeyA))
 	if got := signature.ReasonOf(verifier.Verify(adyenRequest(adyenBatch(t, forged)))); got != signature.ReasonMalformedHeader {

@@ -138,9 +138,24 @@ type AdyenItem struct {
 // Signature returns the item's additionalData.hmacSignature under AdyenHexKey.
 func (it AdyenItem) Signature(tb testing.TB) string {
 	tb.Helper()
-	s := strings.Join([]string{it.PSP, it.Original, it.Merchant, it.Reference,
+	return it.SignatureUnder(tb, AdyenHexKey)
+}
+
+// SignatureUnder returns the item's additionalData.hmacSignature under hexKey, an HMAC
+// key as Adyen shows it (hex).
+func (it AdyenItem) SignatureUnder(tb testing.TB, hexKey string) string {
+	tb.Helper()
+	key, err := hex.DecodeString(hexKey)
+	if err != nil {
+		tb.Fatal(fmt.Errorf("adyen hmac key: %w", err))
+	}
+	return base64.StdEncoding.EncodeToString(mac(key, it.SignedText()))
+}
+
+// SignedText is what the item's signature covers: its eight signed fields joined by ':'.
+func (it AdyenItem) SignedText() string {
+	return strings.Join([]string{it.PSP, it.Original, it.Merchant, it.Reference,
 		strconv.FormatInt(it.Value, 10), it.Currency, it.EventCode, it.Success}, ":")
-	return base64.StdEncoding.EncodeToString(mac(adyenKey(tb), s))
 }
 
 // JSON returns the NotificationRequestItem object of the item, signed (or with the
@@ -150,6 +165,12 @@ func (it AdyenItem) JSON(tb testing.TB, sig string, extra map[string]any) map[st
 	if sig == "" {
 		sig = it.Signature(tb)
 	}
+	return it.WithSignature(sig, extra)
+}
+
+// WithSignature returns the NotificationRequestItem object of the item with sig as its
+// additionalData.hmacSignature as given (empty stays empty), with extra members merged in.
+func (it AdyenItem) WithSignature(sig string, extra map[string]any) map[string]any {
 	item := map[string]any{
 		"pspReference":        it.PSP,
 		"merchantAccountCode": it.Merchant,
