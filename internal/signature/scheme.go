@@ -156,6 +156,35 @@ func known(name string) bool {
 	return false
 }
 
+// signedValues are what a template's placeholders stand for in one request.
+type signedValues struct {
+	body                       []byte
+	timestamp, id, method, url string
+}
+
+// expand returns the signed content of t for values, one part per segment, in order:
+// what the MAC is computed over, when verifying and when signing alike.
+func (t Template) expand(values signedValues) [][]byte {
+	parts := make([][]byte, len(t))
+	for i, seg := range t {
+		switch seg.placeholder {
+		case "":
+			parts[i] = seg.literal
+		case PlaceholderBody:
+			parts[i] = values.body
+		case PlaceholderTimestamp:
+			parts[i] = []byte(values.timestamp)
+		case PlaceholderID:
+			parts[i] = []byte(values.id)
+		case PlaceholderMethod:
+			parts[i] = []byte(values.method)
+		case PlaceholderURL:
+			parts[i] = []byte(values.url)
+		}
+	}
+	return parts
+}
+
 func isPlaceholderName(s string) bool {
 	if s == "" {
 		return false
@@ -277,23 +306,7 @@ func (v *SchemeVerifier) Open(req Request) (*Verified, error) {
 	if set.ID != "" {
 		signed[SignedID] = id
 	}
-	parts := make([][]byte, len(v.scheme.Template))
-	for i, s := range v.scheme.Template {
-		switch s.placeholder {
-		case "":
-			parts[i] = s.literal
-		case PlaceholderBody:
-			parts[i] = req.Body
-		case PlaceholderTimestamp:
-			parts[i] = []byte(timestamp)
-		case PlaceholderID:
-			parts[i] = []byte(id)
-		case PlaceholderMethod:
-			parts[i] = []byte(req.Method)
-		case PlaceholderURL:
-			parts[i] = []byte(v.scheme.URL)
-		}
-	}
+	parts := v.scheme.Template.expand(signedValues{body: req.Body, timestamp: timestamp, id: id, method: req.Method, url: v.scheme.URL})
 	key, ok := v.keys.Match(keys, candidates, parts...)
 	if !ok {
 		return nil, Fail(ReasonMismatch, "no active secret produces a signature in %s", name)

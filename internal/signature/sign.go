@@ -144,23 +144,7 @@ func (s Scheme) Sign(key SigningKey, m Message) (http.Header, error) {
 	if method == "" {
 		method = http.MethodPost
 	}
-	parts := make([][]byte, len(s.Template))
-	for i, seg := range s.Template {
-		switch seg.placeholder {
-		case "":
-			parts[i] = seg.literal
-		case PlaceholderBody:
-			parts[i] = m.Body
-		case PlaceholderTimestamp:
-			parts[i] = []byte(timestamp)
-		case PlaceholderID:
-			parts[i] = []byte(m.ID)
-		case PlaceholderMethod:
-			parts[i] = []byte(method)
-		case PlaceholderURL:
-			parts[i] = []byte(s.URL)
-		}
-	}
+	parts := s.Template.expand(signedValues{body: m.Body, timestamp: timestamp, id: m.ID, method: method, url: s.URL})
 	sig := EncodeSignature(s.Encoding, key.Sign(parts...))
 	h := http.Header{}
 	if c := s.Composite; c != nil {
