@@ -12,13 +12,6 @@ import (
 )
 
 func TestPaddlePresets(t *testing.T) {
-	t.Run("published price.created", func(t *testing.T) {
-		got := presetVector(t, "paddle-go-sdk").extract(t)
-		assertPresetEvent(t, got, event.Event{
-			ID: "evt_01hsdn97563968dy0szkmgjwh3", Type: "price.created", EntityKey: "pri_01hsdn96k2hxjzsq5yerecdj9j",
-			OccurredAt: presetTime(t, "2024-03-20T10:07:35.590857Z"),
-		})
-	})
 	t.Run("transaction.completed reads the grand total", func(t *testing.T) {
 		const secret = "pdl_ntfset_01hv8x2acma2gz9yvdc3bbkzy5_testkey"
 		body := `{"event_id":"evt_01hv8x3","event_type":"transaction.completed","occurred_at":"2026-03-01T12:00:00.000000Z",` +

@@ -11,13 +11,6 @@ import (
 )
 
 func TestPagerDutyPresets(t *testing.T) {
-	t.Run("published incident.priority_updated", func(t *testing.T) {
-		got := presetVector(t, "pagerduty-go-client").extract(t)
-		assertPresetEvent(t, got, event.Event{
-			ID: "01BWDWL3NYY7LUFPZCC28QUCMK", Type: "incident.priority_updated", EntityKey: "PGR0VU2",
-			OccurredAt: presetTime(t, "2021-04-26T17:36:27.458Z"),
-		})
-	})
 	t.Run("pagey.ping has no entity", func(t *testing.T) {
 		const secret = "pagerduty-test-subscription-secret"
 		body := `{"event":{"id":"01CEX5UJ0IZEZXIXPJG6R1YQWU","event_type":"pagey.ping","resource_type":"pagey",` +

@@ -8,19 +8,11 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
 func TestSquarePresets(t *testing.T) {
-	t.Run("published webhooks.test_notification", func(t *testing.T) {
-		got := presetVector(t, "square-sdk").extract(t)
-		assertPresetEvent(t, got, event.Event{
-			ID: "ac3ac95b-f97d-458c-a6e6-18981597e05f", Type: "webhooks.test_notification", EntityKey: "bc368e64-01aa-407e-b46e-3231809b1129",
-			OccurredAt: presetTime(t, "2022-07-13T20:30:59.037339943Z"),
-		})
-	})
 	const (
 		key = "square-test-signature-key"
 		url = "https://hooks.example.com/square"
