@@ -1,4 +1,4 @@
-module github.com/hookkeeper/hookkeeper/internal/provider/testdata/sdk/resend
+module github.com/hookkeeper/hookkeeper/internal/provider/testdata/sdk/svix
 
 go 1.26.8
 

@@ -1,7 +1,0 @@
-module github.com/hookkeeper/hookkeeper/internal/provider/testdata/sdk/clerk
-
-go 1.26.8
-
-require github.com/svix/svix-webhooks v1.44.0
-
-require gopkg.in/validator.v2 v2.0.1 // indirect
