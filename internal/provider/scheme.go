@@ -28,3 +28,15 @@ func stripeStyleScheme(header string) *signature.Scheme {
 		Template:   signature.MustTemplate("{timestamp}.{body}"),
 	}
 }
+
+// slackStyleScheme is Slack's scheme, which Zoom follows under its own headers: the
+// Unix-seconds timestamp in tsHeader and `v0=<hex>` in sigHeader, the hex MAC of
+// `v0:{timestamp}:{body}`.
+func slackStyleScheme(sigHeader, tsHeader string) *signature.Scheme {
+	return &signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: sigHeader, Timestamp: tsHeader}},
+		Prefix:     "v0=",
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   signature.MustTemplate("v0:{timestamp}:{body}"),
+	}
+}

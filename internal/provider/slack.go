@@ -14,13 +14,8 @@ import (
 // challenge must come back.
 func init() {
 	register(Provider{
-		Type: v1alpha1.ProviderSlack,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-Slack-Signature", Timestamp: "X-Slack-Request-Timestamp"}},
-			Prefix:     "v0=",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("v0:{timestamp}:{body}"),
-		},
+		Type:        v1alpha1.ProviderSlack,
+		Scheme:      slackStyleScheme("X-Slack-Signature", "X-Slack-Request-Timestamp"),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{

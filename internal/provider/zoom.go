@@ -24,13 +24,8 @@ const ProviderZoom v1alpha1.ProviderType = "Zoom"
 // computed with the key that verified the request.
 func init() {
 	register(Provider{
-		Type: ProviderZoom,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "x-zm-signature", Timestamp: "x-zm-request-timestamp"}},
-			Prefix:     "v0=",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("v0:{timestamp}:{body}"),
-		},
+		Type:        ProviderZoom,
+		Scheme:      slackStyleScheme("x-zm-signature", "x-zm-request-timestamp"),
 		Hash:        sha256.New,
 		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
