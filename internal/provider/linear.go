@@ -73,11 +73,7 @@ func init() {
 // Open checks the MAC over the raw body, then the signed webhookTimestamp; the body is
 // parsed only after it is authenticated.
 func (v *linearVerifier) Open(req signature.Request) (*signature.Verified, error) {
-	keys, ferr := v.keys.Active(req.Now)
-	if ferr != nil {
-		return nil, ferr
-	}
-	sig, ferr := headerSignature(req.Header, HeaderLinearSignature, v1alpha1.EncodingHex, v.keys.SignatureSize(), "a hex HMAC-SHA256")
+	keys, sig, ferr := activeHeaderSignature(v.keys, req, HeaderLinearSignature, v1alpha1.EncodingHex, "a hex HMAC-SHA256")
 	if ferr != nil {
 		return nil, ferr
 	}

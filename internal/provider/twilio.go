@@ -88,11 +88,7 @@ func init() {
 // as a JSON object of its fields (each name once; a repeated name is refused as
 // ambiguous, after the signature checked).
 func (v *twilioVerifier) Open(req signature.Request) (*signature.Verified, error) {
-	keys, ferr := v.keys.Active(req.Now)
-	if ferr != nil {
-		return nil, ferr
-	}
-	sig, ferr := headerSignature(req.Header, HeaderTwilioSignature, v1alpha1.EncodingBase64, v.keys.SignatureSize(), "a base64 HMAC-SHA1")
+	keys, sig, ferr := activeHeaderSignature(v.keys, req, HeaderTwilioSignature, v1alpha1.EncodingBase64, "a base64 HMAC-SHA1")
 	if ferr != nil {
 		return nil, ferr
 	}

@@ -54,3 +54,18 @@ func headerSignature(h http.Header, name string, enc v1alpha1.SignatureEncoding,
 	}
 	return sig, nil
 }
+
+// activeHeaderSignature opens a request whose one MAC travels in header name (Linear,
+// Twilio): the keys of ring active at req.Now, then the MAC read by headerSignature,
+// decoded under enc to ring's signature size. form names the MAC in the error.
+func activeHeaderSignature(ring *signature.Keyring, req signature.Request, name string, enc v1alpha1.SignatureEncoding, form string) ([]signature.Key, []byte, *signature.Error) {
+	keys, ferr := ring.Active(req.Now)
+	if ferr != nil {
+		return nil, nil, ferr
+	}
+	sig, ferr := headerSignature(req.Header, name, enc, ring.SignatureSize(), form)
+	if ferr != nil {
+		return nil, nil, ferr
+	}
+	return keys, sig, nil
+}
