@@ -32,7 +32,7 @@ func init() {
 				`has(body.issue) ? body.issue.links.html.href : body.repository.full_name`,
 			OccurredAt: `body.pullrequest.updated_on`,
 		},
-		Sample: bitbucketSample,
+		Sample: repositorySample("X-Event-Key", "X-Request-UUID"),
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in `X-Hub-Signature: sha256=…`",
 			Signed: "the body",
@@ -40,13 +40,4 @@ func init() {
 			Source: "[Bitbucket](#bitbucket)",
 		},
 	})
-}
-
-// bitbucketSample is an event of type X-Event-Key on the repository named by the
-// entity key.
-func bitbucketSample(e SampleEvent) (Delivery, error) {
-	return jsonDelivery(map[string]any{
-		"repository": map[string]any{"full_name": e.EntityKey},
-		testIDField:  e.ID,
-	}, "X-Event-Key", e.Type, "X-Request-UUID", e.ID)
 }

@@ -23,7 +23,7 @@ func init() {
 			EntityKey: `has(body.pull_request) ? body.pull_request.html_url : ` +
 				`has(body.issue) ? body.issue.html_url : body.repository.full_name`,
 		},
-		Sample: githubSample,
+		Sample: repositorySample("X-GitHub-Event", "X-GitHub-Delivery"),
 		Doc: Doc{
 			Scheme: "HMAC-SHA256 hex in `X-Hub-Signature-256: sha256=…`",
 			Signed: "the body",
@@ -33,11 +33,15 @@ func init() {
 	})
 }
 
-// githubSample is an event of type X-GitHub-Event on the repository named by the
-// entity key; the id is the body's digest, made unique by a test id member.
-func githubSample(e SampleEvent) (Delivery, error) {
-	return jsonDelivery(map[string]any{
-		"repository": map[string]any{"full_name": e.EntityKey},
-		testIDField:  e.ID,
-	}, "X-GitHub-Event", e.Type, "X-GitHub-Delivery", e.ID)
+// repositorySample is the sample of a git host (GitHub, Bitbucket) that names the event
+// type in eventHeader and the delivery in deliveryHeader: an event on the repository
+// named by the entity key. Its id preset is the body's digest, made unique by a test id
+// member.
+func repositorySample(eventHeader, deliveryHeader string) func(SampleEvent) (Delivery, error) {
+	return func(e SampleEvent) (Delivery, error) {
+		return jsonDelivery(map[string]any{
+			"repository": map[string]any{"full_name": e.EntityKey},
+			testIDField:  e.ID,
+		}, eventHeader, e.Type, deliveryHeader, e.ID)
+	}
 }
