@@ -9,13 +9,12 @@ const ProviderClerk v1alpha1.ProviderType = "Clerk"
 // verifyWebhook() reference): the Standard Webhooks scheme under the svix-* header
 // names, HMAC-SHA256 over `{svix-id}.{svix-timestamp}.{body}`, base64 `v1,` entries in
 // svix-signature, and a `whsec_` signing secret.
-// It is verified and signed by svixDelivered; only the presets differ.
+// svixDelivered verifies and signs it, and fills in its id preset and the doc of the
+// scheme; the rest is its own.
 func init() {
 	register(svixDelivered(Provider{
 		Type: ProviderClerk,
 		Preset: Preset{
-			// svix-id is signed and stays the same when Svix retries a message.
-			ID:        `signed.id`,
 			Type:      `body.type`,
 			EntityKey: `body.data.id`,
 			// Clerk's timestamp is Unix milliseconds.
@@ -23,11 +22,8 @@ func init() {
 		},
 		Sample: clerkSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
-			Signed:    "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)",
-			Timestamp: "`svix-timestamp`",
-			Key:       "the endpoint's signing secret, `whsec_…`",
-			Source:    "[Clerk](#clerk)",
+			Key:    "the endpoint's signing secret, `whsec_…`",
+			Source: "[Clerk](#clerk)",
 		},
 	}))
 }

@@ -9,13 +9,12 @@ const ProviderResend v1alpha1.ProviderType = "Resend"
 // Standard Webhooks scheme under the svix-* header names, HMAC-SHA256 over
 // `{svix-id}.{svix-timestamp}.{body}`, base64 `v1,` entries in svix-signature, and the
 // webhook's `whsec_` signing secret.
-// It is verified and signed by svixDelivered; only the presets differ.
+// svixDelivered verifies and signs it, and fills in its id preset and the doc of the
+// scheme; the rest is its own.
 func init() {
 	register(svixDelivered(Provider{
 		Type: ProviderResend,
 		Preset: Preset{
-			// svix-id is signed and stays the same when Svix retries a message.
-			ID:   `signed.id`,
 			Type: `body.type`,
 			// email.* events name the email; contact.* and domain.* events carry data.id.
 			EntityKey:  `has(body.data.email_id) ? body.data.email_id : body.data.id`,
@@ -23,11 +22,8 @@ func init() {
 		},
 		Sample: resendSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)",
-			Signed:    "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)",
-			Timestamp: "`svix-timestamp`",
-			Key:       "the webhook's signing secret, `whsec_…`",
-			Source:    "[Resend](#resend)",
+			Key:    "the webhook's signing secret, `whsec_…`",
+			Source: "[Resend](#resend)",
 		},
 	}))
 }

@@ -72,12 +72,18 @@ func standardWebhooksVerifier(secrets []signature.Secret, tolerance time.Duratio
 
 // svixDelivered completes p, a provider whose webhooks Svix delivers (Clerk, Resend): it
 // is verified exactly as type StandardWebhooks is (either header set, one set whole) and
-// signed under the svix-* header names; only its presets, sample and doc are its own.
+// signed under the svix-* header names. Its id preset is the signed svix-id, which stays
+// the same when Svix retries a message, and its doc describes Svix's scheme; its other
+// presets, sample, key and source are its own.
 func svixDelivered(p Provider) Provider {
 	p.Verifier = func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
 		return standardWebhooksVerifier(secrets, tolerance)
 	}
 	p.Sign = standardWebhooksSigner("svix-id")
+	p.Preset.ID = `signed.id`
+	p.Doc.Scheme = "HMAC-SHA256 base64 in `svix-signature: v1,…` (Standard Webhooks via Svix)"
+	p.Doc.Signed = "`svix-id`, `svix-timestamp` and the body (or the `webhook-*` set)"
+	p.Doc.Timestamp = "`svix-timestamp`"
 	return p
 }
 
