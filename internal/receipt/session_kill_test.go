@@ -50,7 +50,12 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	}
 	rng.Shuffle(len(deliveries), func(a, b int) { deliveries[a], deliveries[b] = deliveries[b], deliveries[a] })
 
+	// The killer strikes every millisecond or three, but after each kill it waits for one
+	// more acknowledgement: on a loaded machine, where a transaction takes longer than
+	// the pause, a killer on a clock alone would end every transaction and the test
+	// would measure the machine, not the Recorder.
 	stop := make(chan struct{})
+	acked := make(chan struct{}, 1)
 	var killed atomic.Int64
 	var killer sync.WaitGroup
 	killer.Go(func() {
@@ -58,27 +63,49 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(2+rand.IntN(8)) * time.Millisecond):
+			case <-time.After(time.Duration(1+rand.IntN(3)) * time.Millisecond):
+			}
+			select {
+			case <-acked:
+			default:
 			}
 			var n int64
 			_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE application_name = 'receipt-crash-victim' AND state <> 'idle' ORDER BY random() LIMIT 1) x`).Scan(&n)
+			if n == 0 {
+				continue
+			}
 			killed.Add(n)
+			select {
+			case <-stop:
+				return
+			case <-acked:
+			}
 		}
 	})
 
 	var failures atomic.Int64
 	for _, err := range fanOut(deliveries, 10, func(w int, e Event) error {
-		// A provider retries until it gets an answer.
+		// A provider retries until it gets an answer, pausing a little between attempts.
+		// The fixture's context bounds the whole run: once it is done, every attempt
+		// would fail at once, so the sender gives up instead of spinning.
 		deadline := time.Now().Add(40 * time.Second)
 		for {
 			_, err := replicas[w%2].Record(f.ctx, e)
 			if err == nil {
+				select {
+				case acked <- struct{}{}:
+				default:
+				}
 				return nil
 			}
 			failures.Add(1)
-			if time.Now().After(deadline) {
+			if f.ctx.Err() != nil || time.Now().After(deadline) {
 				return fmt.Errorf("%s never acknowledged: %w", e.ID, err)
+			}
+			select {
+			case <-f.ctx.Done():
+			case <-time.After(time.Duration(1+rand.IntN(5)) * time.Millisecond):
 			}
 		}
 	}) {
@@ -87,6 +114,9 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	close(stop)
 	killer.Wait()
 	t.Logf("%d deliveries, %d sessions terminated, %d failed attempts retried", len(deliveries), killed.Load(), failures.Load())
+	if killed.Load() == 0 {
+		t.Error("no session was terminated: the run crashed nothing")
+	}
 
 	for i := range entities {
 		key := fmt.Sprintf("k-%d", i)
