@@ -261,11 +261,12 @@ func (s *contractSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.inFlight[d.key]++
 	hook := s.hook
 	s.mu.Unlock()
-	defer func() {
+	finish := sync.OnceFunc(func() {
 		s.mu.Lock()
 		s.inFlight[d.key]--
 		s.mu.Unlock()
-	}()
+	})
+	defer finish()
 
 	if !d.sigOK {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
@@ -277,7 +278,7 @@ func (s *contractSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The hook may answer only after applying: apply first when it says so.
-	rec := &contractDeferred{}
+	rec := &contractDeferred{finish: finish}
 	apply := hook(rec, d, seen)
 	if apply {
 		s.apply(d)
@@ -291,6 +292,11 @@ type contractDeferred struct {
 	status int
 	body   bytes.Buffer
 	then   func(w http.ResponseWriter)
+	// finish ends the request's time in flight. It runs before then: a then that drops
+	// the connection ends the request for the client at once, and Go's transport re-sends
+	// a request with an Idempotency-Key at once when a reused connection closes before the
+	// answer, before this handler has returned. That re-send is not an overlap.
+	finish func()
 }
 
 func (r *contractDeferred) Header() http.Header {
@@ -303,6 +309,9 @@ func (r *contractDeferred) Write(b []byte) (int, error) { return r.body.Write(b)
 func (r *contractDeferred) WriteHeader(code int)        { r.status = code }
 func (r *contractDeferred) flush(w http.ResponseWriter) {
 	if r.then != nil {
+		if r.finish != nil {
+			r.finish()
+		}
 		r.then(w)
 		return
 	}
