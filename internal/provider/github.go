@@ -32,16 +32,3 @@ func init() {
 		},
 	})
 }
-
-// repositorySample is the sample of a git host (GitHub, Bitbucket) that names the event
-// type in eventHeader and the delivery in deliveryHeader: an event on the repository
-// named by the entity key. Its id preset is the body's digest, made unique by a test id
-// member.
-func repositorySample(eventHeader, deliveryHeader string) func(SampleEvent) (Delivery, error) {
-	return func(e SampleEvent) (Delivery, error) {
-		return jsonDelivery(map[string]any{
-			"repository": map[string]any{"full_name": e.EntityKey},
-			testIDField:  e.ID,
-		}, eventHeader, e.Type, deliveryHeader, e.ID)
-	}
-}

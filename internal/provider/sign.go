@@ -170,6 +170,19 @@ func signedIDDelivery(id string, body any, header ...string) (Delivery, error) {
 	return d, nil
 }
 
+// repositorySample is the sample of a git host (GitHub, Bitbucket) that names the event
+// type in eventHeader and the delivery in deliveryHeader: an event on the repository
+// named by the entity key. Its id preset is the body's digest, made unique by a test id
+// member.
+func repositorySample(eventHeader, deliveryHeader string) func(SampleEvent) (Delivery, error) {
+	return func(e SampleEvent) (Delivery, error) {
+		return jsonDelivery(map[string]any{
+			"repository": map[string]any{"full_name": e.EntityKey},
+			testIDField:  e.ID,
+		}, eventHeader, e.Type, deliveryHeader, e.ID)
+	}
+}
+
 // rfc3339 writes t as the providers' JSON bodies do, in UTC with milliseconds.
 func rfc3339(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
