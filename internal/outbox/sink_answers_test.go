@@ -94,6 +94,69 @@ func TestHostileSinkAnswers(t *testing.T) {
 		}
 		close(unstall)
 	})
+
+	// A sink that drops the connection without an answer. On a connection an earlier
+	// delivery left open, Go's transport sends the request again at once (a POST with an
+	// Idempotency-Key counts as safe to repeat): within the same attempt, with the same
+	// key, before any backoff. On a new connection it does not, so a sink that always
+	// drops gets one request per attempt, plus that one repeat, and the row is
+	// dead-lettered after maxAttempts as for any other failure.
+	for _, always := range []bool{false, true} {
+		name := map[bool]string{false: "a dropped answer is re-sent at once, in the same attempt",
+			true: "a sink that always drops gets a bounded number of requests"}[always]
+		t.Run(name, func(t *testing.T) {
+			db := newTestDB(t)
+			ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0}, outboxRow{Entity: "ord_1", Seq: 1})
+			second := outboxRow{Entity: "ord_1", Seq: 1}.key()
+			var mu sync.Mutex
+			var seen []time.Time
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get(HeaderIdempotencyKey) != second {
+					return // 200: the first row leaves an idle keep-alive connection behind
+				}
+				mu.Lock()
+				seen = append(seen, time.Now())
+				drop := always || len(seen) == 1
+				mu.Unlock()
+				if !drop {
+					return
+				}
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_ = c.Close()
+				}
+			}))
+			t.Cleanup(s.Close)
+			opts := db.options(t, s.URL)
+			opts.MaxAttempts = 3
+			// A retry by the dispatcher would come a second later at the earliest.
+			opts.BackoffInitial, opts.BackoffMax = time.Second, time.Second
+			start(t, db.pool, opts)
+			testsupport.Eventually(t, 15*time.Second, 10*time.Millisecond, "the second row settled", func() bool {
+				st := db.state(t, ids[1])
+				return st.Delivered || st.Dead
+			})
+			st := db.state(t, ids[1])
+			mu.Lock()
+			defer mu.Unlock()
+			if !always {
+				if !st.Delivered || st.Attempts != 1 || len(seen) != 2 {
+					t.Fatalf("row %+v after %d requests, want delivered on attempt 1 by the second request", st, len(seen))
+				}
+				if gap := seen[1].Sub(seen[0]); gap >= opts.BackoffInitial {
+					t.Errorf("the repeat came %v after the dropped request, want at once", gap)
+				}
+				return
+			}
+			t.Logf("%d requests for %d attempts", len(seen), st.Attempts)
+			if !st.Dead || st.Attempts != opts.MaxAttempts {
+				t.Errorf("row after a sink that always drops: %+v, want dead after %d attempts", st, opts.MaxAttempts)
+			}
+			if len(seen) > opts.MaxAttempts+1 {
+				t.Errorf("%d requests for %d attempts, want at most one repeat on the reused connection", len(seen), opts.MaxAttempts)
+			}
+		})
+	}
 }
 
 // Retry-After as seconds, as an HTTP date, negative, garbage and ten years: the next
