@@ -397,7 +397,9 @@ func (e *env) reconcileNow(t *testing.T, ep *v1alpha1.WebhookEndpoint) ctrl.Resu
 }
 
 // touch changes a label, which makes the manager reconcile the endpoint, and waits
-// until the status describes the current generation. A merge patch of the label only:
+// until the status describes the current generation. A label patch does not bump the
+// generation, so touch can return before that reconcile has run: a check that needs it
+// done polls for its effect. A merge patch of the label only:
 // an Update would send the whole spec back, and Go's rendering of defaulted durations
 // ("5m0s" for "5m") would count as a spec change.
 func (e *env) touch(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
