@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,31 +78,10 @@ func measurePool(t *testing.T, n int, settle time.Duration, extra []string) stri
 		"--admin-address", adminAddr, "--log-level", "error", "--heartbeat-interval", "5s", "--pod-name", "scale"}, extra...))
 	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
 	child.Env = append(os.Environ(), "HOOKKEEPER_TEST_RECEIVER_ARGS="+string(args))
-	var out strings.Builder
-	child.Stdout, child.Stderr = &out, &out
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = child.Wait(); close(exited) }()
-	defer func() {
-		_ = child.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			_ = child.Process.Kill()
-			<-exited
-		}
-	}()
+	proc := testsupport.StartProcess(t, "pool", child, 60*time.Second)
+	defer proc.Stop()
 	began := time.Now()
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 60*time.Second, func() error {
-		select {
-		case <-exited:
-			return fmt.Errorf("pool exited:\n%s", out.String())
-		default:
-			return nil
-		}
-	})
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 60*time.Second, proc.Exited)
 	testsupport.Eventually(t, 2*time.Minute, 200*time.Millisecond, "every endpoint ready", func() error {
 		resp, err := http.Get("http://" + adminAddr + "/endpoints")
 		if err != nil {
@@ -146,33 +124,19 @@ func measurePool(t *testing.T, n int, settle time.Duration, extra []string) stri
 		}
 		return c
 	}
-	rssReady, sessReady := rssOf(t, child.Process.Pid), sessions()
+	rssReady, sessReady := testsupport.RSS(t, proc.Pid()), sessions()
 	// Idle: no traffic while pooled connections idle out (pooledConnIdleTime).
 	deadline := time.Now().Add(settle)
 	for time.Now().Before(deadline) {
 		select {
-		case <-exited:
-			t.Fatalf("pool exited:\n%s", out.String())
+		case <-proc.Done():
+			t.Fatal(proc.Exited())
 		case <-time.After(time.Until(deadline)):
 		}
 	}
-	rssSettled, sessSettled := rssOf(t, child.Process.Pid), sessions()
+	rssSettled, sessSettled := testsupport.RSS(t, proc.Pid()), sessions()
 	goroutines := metricValue(t, adminAddr, "go_goroutines")
 	return fmt.Sprintf("%9d | %6d MiB | %8d MiB | %10s | %17d | %d", n, rssReady>>20, rssSettled>>20, goroutines, sessReady, sessSettled)
-}
-
-func rssOf(t *testing.T, pid int) int64 {
-	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(status)
-	if m == nil {
-		t.Fatal("no VmRSS")
-	}
-	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	return kb << 10
 }
 
 func metricValue(t *testing.T, adminAddr, name string) string {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,10 +12,8 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,32 +66,11 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
 	child.Env = append(os.Environ(), receiverProcessEnv+"="+string(args),
 		config.EnvDatabaseURL+"="+dbURL, config.EnvSigningSecretPrefix+"0=whsec_memory_test")
-	out := &lockedBuffer{}
-	child.Stdout, child.Stderr = out, out
-	if err := child.Start(); err != nil {
-		t.Fatalf("start receiver: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = child.Wait(); close(exited) }()
-	defer func() {
-		_ = child.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = child.Process.Kill()
-			<-exited
-		}
-	}()
-	pid := child.Process.Pid
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, func() error {
-		select {
-		case <-exited:
-			return fmt.Errorf("receiver exited:\n%s", out.String())
-		default:
-			return nil
-		}
-	})
-	baseline := vmRSS(t, pid)
+	receiver := testsupport.StartProcess(t, "receiver", child, 30*time.Second)
+	defer receiver.Stop()
+	pid := receiver.Pid()
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
+	baseline := testsupport.RSS(t, pid)
 
 	// Each client sends its headers and the first byte of a 1 MiB body, then stalls.
 	var refused, answered atomic.Int64
@@ -134,7 +110,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	admitted := 0
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		rss := vmRSS(t, pid)
+		rss := testsupport.RSS(t, pid)
 		peak = max(peak, rss)
 		if growth := peak - baseline; growth > rssBound {
 			t.Fatalf("receiver RSS grew by %d MiB (from %d to %d MiB) with %d slow clients, want at most %d MiB",
@@ -153,7 +129,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A last look once all are accounted for.
-	peak = max(peak, vmRSS(t, pid))
+	peak = max(peak, testsupport.RSS(t, pid))
 	t.Logf("receiver RSS %d MiB before, peak %d MiB with %d slow clients (%d in flight, %d refused)",
 		baseline>>20, peak>>20, clients, admitted, refused.Load())
 	if growth := peak - baseline; growth > rssBound {
@@ -162,26 +138,6 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	if admitted > 64 {
 		t.Errorf("%d requests in flight, want at most maxInFlight (64)", admitted)
 	}
-}
-
-// vmRSS is the resident memory of process pid in bytes.
-func vmRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatalf("read process status: %v", err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("parse VmRSS %q: %v", line, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
 }
 
 func scrape(t *testing.T, adminAddr string) string {
@@ -193,22 +149,4 @@ func scrape(t *testing.T, adminAddr string) string {
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-// lockedBuffer collects a child's output from two pipes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
