@@ -77,28 +77,13 @@ func (f *clusterFixture) create(t *testing.T, obj client.Object) {
 	}
 }
 
-// endpointObject is the shape of internal/outbox's replay test, its signing secret
-// read from key signingKey of Secret stripe-webhook.
+// endpointObject is testsupport.StripeCaptureEndpoint named name, its signing secret
+// read from key signingKey of Secret stripe-webhook and its database URL from key uri
+// of Secret shop-db-app.
 func endpointObject(name, signingKey string) *v1alpha1.WebhookEndpoint {
-	ref := func(name, key string) corev1.SecretKeySelector {
-		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
-	}
-	return &v1alpha1.WebhookEndpoint{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.WebhookEndpointSpec{
-			Provider:       v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
-			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: ref("stripe-webhook", signingKey)}},
-			Database:       v1alpha1.DatabaseSpec{URLSecretRef: ref("shop-db-app", "uri")},
-			Entity:         v1alpha1.EntitySpec{OnUnmatched: v1alpha1.UnmatchedRecord},
-			StateMachine: v1alpha1.StateMachineSpec{
-				Initial: "payment_pending",
-				States:  []string{"payment_pending", "paid"},
-				Transitions: []v1alpha1.Transition{{Name: "capture", On: []string{"payment_intent.succeeded"},
-					From: []string{"payment_pending"}, To: "paid", Emit: "order.paid"}},
-			},
-			Delivery: v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://sink.local/"}},
-		},
-	}
+	we := testsupport.StripeCaptureEndpoint(testsupport.SecretRef("stripe-webhook", signingKey), testsupport.SecretRef("shop-db-app", "uri"))
+	we.Name = name
+	return we
 }
 
 // writeKubeconfig writes a kubeconfig for the envtest apiserver whose context's

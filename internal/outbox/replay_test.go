@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // An unmatched receipt is re-run through the real receipt transaction once its entity
@@ -22,25 +19,9 @@ import (
 func TestReplayReceipts(t *testing.T) {
 	db := newTestDB(t)
 	ctx := context.Background()
-	ref := func(name string) corev1.SecretKeySelector {
-		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "k"}
-	}
-	we := &v1alpha1.WebhookEndpoint{
-		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop"},
-		Spec: v1alpha1.WebhookEndpointSpec{
-			Provider:       v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStripe},
-			SigningSecrets: []v1alpha1.SigningSecret{{SecretKeyRef: ref("s")}},
-			Database:       v1alpha1.DatabaseSpec{URLSecretRef: ref("db"), Schema: testSchema},
-			Entity:         v1alpha1.EntitySpec{OnUnmatched: v1alpha1.UnmatchedRecord},
-			StateMachine: v1alpha1.StateMachineSpec{
-				Initial: "payment_pending",
-				States:  []string{"payment_pending", "paid"},
-				Transitions: []v1alpha1.Transition{{Name: "capture", On: []string{"payment_intent.succeeded"},
-					From: []string{"payment_pending"}, To: "paid", Emit: "order.paid"}},
-			},
-			Delivery: v1alpha1.DeliverySpec{Sink: v1alpha1.SinkSpec{URL: "http://sink.local/"}},
-		},
-	}
+	we := testsupport.StripeCaptureEndpoint(testsupport.SecretRef("s", "k"), testsupport.SecretRef("db", "k"))
+	we.Name, we.Namespace = "orders", "shop"
+	we.Spec.Database.Schema = testSchema
 	env := map[string]string{config.EnvDatabaseURL: db.url, config.EnvSigningSecretPrefix + "0": "whsec_dGVzdA=="}
 	ep, err := config.Compile(we, func(k string) string { return env[k] })
 	if err != nil {
