@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
@@ -163,6 +164,26 @@ func (rr *contractReceiver) send(t *testing.T, id, typ, order string, at time.Ti
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("webhook %s: %d (%v), want 200", id, status, err)
 	}
+}
+
+// awaitOutboxRows waits up to timeout, for what, until want rows of the contract
+// endpoint's outbox (schema hookkeeper) have column set: delivered_at or dead_at.
+func awaitOutboxRows(t *testing.T, conn *pgx.Conn, column string, want int, timeout time.Duration, what string) {
+	t.Helper()
+	testsupport.Eventually(t, timeout, 50*time.Millisecond, what, func() bool {
+		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE `+column+` IS NOT NULL`) == want
+	})
+}
+
+// outboxLastError is last_error of the contract endpoint's outbox row ("" when the
+// row has none), what tests read to check a failure names no secret or sink address.
+func outboxLastError(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	var lastErr string
+	if err := conn.QueryRow(context.Background(), `SELECT COALESCE(last_error, '') FROM hookkeeper.outbox`).Scan(&lastErr); err != nil {
+		t.Fatalf("read the outbox row's last_error: %v", err)
+	}
+	return lastErr
 }
 
 // contractDelivery is one request as the sink saw it.

@@ -261,9 +261,7 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 	_ = b
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 60*time.Second, 100*time.Millisecond, "delivered by the second receiver", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE delivered_at IS NOT NULL`) == 1
-	})
+	awaitOutboxRows(t, conn, "delivered_at", 1, 60*time.Second, "delivered by the second receiver")
 	if n := len(sink.requestsFor(key)); n < 2 {
 		t.Errorf("%d requests with the key, want the re-delivery too", n)
 	}
@@ -352,9 +350,7 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 	})
 	close(release)
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE delivered_at IS NOT NULL`) == 1
-	})
+	awaitOutboxRows(t, conn, "delivered_at", 1, 20*time.Second, "delivered")
 	if n := sink.appliedCount(); n != 1 {
 		t.Errorf("%d effects at the sink, want 1", n)
 	}
@@ -364,8 +360,7 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 	sink.overlaps = 0
 	sink.mu.Unlock()
 	sink.checkOnce(t)
-	var lastErr string
-	_ = conn.QueryRow(context.Background(), `SELECT COALESCE(last_error,'') FROM hookkeeper.outbox`).Scan(&lastErr)
+	lastErr := outboxLastError(t, conn)
 	if strings.Contains(lastErr, "127.0.0.1") || strings.Contains(lastErr, sink.srv.URL) {
 		t.Errorf("last_error %q names the sink", lastErr)
 	}
@@ -395,9 +390,7 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	id := contractEventID("redir")
 	rr.send(t, id, "payment_intent.succeeded", "ord-redir", time.Now())
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "dead-lettered after 3 redirects", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE dead_at IS NOT NULL`) == 1
-	})
+	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered after 3 redirects")
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect target got %d requests", n)
 	}
@@ -406,8 +399,7 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 			t.Logf("note: userinfo in the sink URL was not sent as basic auth")
 		}
 	}
-	var lastErr string
-	_ = conn.QueryRow(context.Background(), `SELECT COALESCE(last_error,'') FROM hookkeeper.outbox`).Scan(&lastErr)
+	lastErr := outboxLastError(t, conn)
 	host := strings.TrimPrefix(sink.srv.URL, "http://")
 	for _, bad := range []string{pass, token, host, user} {
 		if strings.Contains(lastErr, bad) {
@@ -462,9 +454,7 @@ func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
 		rr.send(t, contractEventID("big"), "payment_intent.succeeded", fmt.Sprintf("ord-big-%d", i), time.Now())
 	}
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "all three delivered", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE delivered_at IS NOT NULL`) == 3
-	})
+	awaitOutboxRows(t, conn, "delivered_at", 3, 30*time.Second, "all three delivered")
 	sink.checkOnce(t)
 }
 
@@ -490,14 +480,11 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 	rr.send(t, id, "payment_intent.succeeded", "ord-dead", time.Now())
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "dead-lettered", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE dead_at IS NOT NULL`) == 1
-	})
+	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(key)); n != 3 {
 		t.Errorf("%d attempts before the dead letter, want maxAttempts 3", n)
 	}
-	var lastErr string
-	_ = conn.QueryRow(context.Background(), `SELECT last_error FROM hookkeeper.outbox`).Scan(&lastErr)
+	lastErr := outboxLastError(t, conn)
 	if !strings.Contains(lastErr, "400") {
 		t.Errorf("last_error %q, want the status", lastErr)
 	}
@@ -539,9 +526,7 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 	id := contractEventID("gone")
 	rr.send(t, id, "payment_intent.succeeded", "ord-gone", time.Now())
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "dead-lettered", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE dead_at IS NOT NULL`) == 1
-	})
+	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))); n != 1 {
 		t.Errorf("%d attempts, want 1 (410 dead-letters at once)", n)
 	}
@@ -586,11 +571,8 @@ func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
 	rr := startContractReceiver(t, dbURL, contractManifest(sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}"), true)
 	rr.send(t, contractEventID("tls"), "payment_intent.succeeded", "ord-tls", time.Now())
 	conn := connect(t, dbURL)
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "dead-lettered", func() bool {
-		return count(t, conn, `SELECT count(*) FROM hookkeeper.outbox WHERE dead_at IS NOT NULL`) == 1
-	})
-	var lastErr string
-	_ = conn.QueryRow(context.Background(), `SELECT last_error FROM hookkeeper.outbox`).Scan(&lastErr)
+	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
+	lastErr := outboxLastError(t, conn)
 	t.Logf("last_error: %q", lastErr)
 	// example.com is the name in httptest's certificate: the sink host's own names.
 	for _, bad := range []string{"localhost", "127.0.0.1", port, "example.com"} {
