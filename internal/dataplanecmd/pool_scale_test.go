@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -74,14 +74,12 @@ func measurePool(t *testing.T, n int, settle time.Duration, extra []string) stri
 	vol.publish()
 
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-	args, _ := json.Marshal(append([]string{"--endpoints-dir", vol.dir, "--listen-address", webhookAddr,
-		"--admin-address", adminAddr, "--log-level", "error", "--heartbeat-interval", "5s", "--pod-name", "scale"}, extra...))
-	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
-	child.Env = append(os.Environ(), "HOOKKEEPER_TEST_RECEIVER_ARGS="+string(args))
-	proc := testsupport.StartProcess(t, "pool", child, 60*time.Second)
-	defer proc.Stop()
 	began := time.Now()
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 60*time.Second, proc.Exited)
+	proc := dataplanecmd.StartReceiverProcess(t, "pool", adminAddr,
+		append([]string{"--endpoints-dir", vol.dir, "--listen-address", webhookAddr,
+			"--log-level", "error", "--heartbeat-interval", "5s", "--pod-name", "scale"}, extra...),
+		nil, 60*time.Second)
+	defer proc.Stop()
 	testsupport.Eventually(t, 2*time.Minute, 200*time.Millisecond, "every endpoint ready", func() error {
 		resp, err := http.Get("http://" + adminAddr + "/endpoints")
 		if err != nil {

@@ -43,6 +43,25 @@ func TestReceiverProcess(t *testing.T) {
 	}
 }
 
+// StartReceiverProcess runs `hookkeeper receiver` with args as a process of its own:
+// this test binary, re-executed into TestReceiverProcess, with env ("NAME=value")
+// added to its environment. It serves its admin endpoints on adminAddr (the flag is
+// added here), and StartReceiverProcess returns once /readyz answers there, failing t
+// when it has not within ready. The process stops at Stop or when t ends; what names
+// it in failures. Exported for the dataplanecmd_test tests that measure a pool.
+func StartReceiverProcess(t testing.TB, what, adminAddr string, args, env []string, ready time.Duration) *testsupport.Process {
+	t.Helper()
+	raw, err := json.Marshal(append([]string{"--admin-address", adminAddr}, args...))
+	if err != nil {
+		t.Fatalf("encode the receiver's arguments: %v", err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
+	child.Env = append(append(os.Environ(), receiverProcessEnv+"="+string(raw)), env...)
+	p := testsupport.StartProcess(t, what, child, 60*time.Second)
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", ready, p.Exited)
+	return p
+}
+
 // Slow clients that announce a body of maxBodyBytes and send (almost) nothing of it
 // must not make the receiver's memory grow with what they announce: at most
 // maxInFlight (64) are admitted, the rest get 503 with Retry-After at once, and the
@@ -61,15 +80,11 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	defer sink.Close()
 	manifest := testsupport.StripeEndpointFile(t, sink.URL)
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-	args, _ := json.Marshal([]string{"--endpoint", manifest, "--listen-address", webhookAddr,
-		"--admin-address", adminAddr, "--log-level", "error", "--dispatcher=false"})
-	child := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
-	child.Env = append(os.Environ(), receiverProcessEnv+"="+string(args),
-		config.EnvDatabaseURL+"="+dbURL, config.EnvSigningSecretPrefix+"0=whsec_memory_test")
-	receiver := testsupport.StartProcess(t, "receiver", child, 30*time.Second)
+	receiver := StartReceiverProcess(t, "receiver", adminAddr,
+		[]string{"--endpoint", manifest, "--listen-address", webhookAddr, "--log-level", "error", "--dispatcher=false"},
+		[]string{config.EnvDatabaseURL + "=" + dbURL, config.EnvSigningSecretPrefix + "0=whsec_memory_test"}, 20*time.Second)
 	defer receiver.Stop()
 	pid := receiver.Pid()
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
 	baseline := testsupport.RSS(t, pid)
 
 	// Each client sends its headers and the first byte of a 1 MiB body, then stalls.
