@@ -214,12 +214,25 @@ func nextEventID() string {
 
 func (p *runningPool) postErr(path, secret string) (int, error) {
 	id := nextEventID()
-	body := demo.StripeEvent(id, "payment_intent.succeeded", "ord-"+id, 100, time.Now())
-	req, err := http.NewRequest(http.MethodPost, p.webhook+path, strings.NewReader(string(body)))
+	return postStripeEvent(p.webhook+path, secret, id, "ord-"+id)
+}
+
+// postStripeEvent sends a payment_intent.succeeded event with the given id and entity
+// to url, signed with secret, and returns the status.
+func postStripeEvent(url, secret, id, entity string) (int, error) {
+	body := demo.StripeEvent(id, "payment_intent.succeeded", entity, 100, time.Now())
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return sendSigned(req, body, secret)
+}
+
+// sendSigned sends req, whose body is body, with body's Stripe-Signature for secret,
+// and returns the status; the response body is read to the end, so the connection is
+// reused.
+func sendSigned(req *http.Request, body []byte, secret string) (int, error) {
 	req.Header.Set("Stripe-Signature", demo.StripeSignature(secret, body, time.Now()))
 	resp, err := postClient.Do(req)
 	if err != nil {

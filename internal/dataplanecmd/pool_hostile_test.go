@@ -396,20 +396,11 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 // secret, and returns the status.
 func postEvent(t *testing.T, base, path, secret, id, entity string) int {
 	t.Helper()
-	body := demo.StripeEvent(id, "payment_intent.succeeded", entity, 100, time.Now())
-	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", demo.StripeSignature(secret, body, time.Now()))
-	resp, err := postClient.Do(req)
+	code, err := postStripeEvent(base+path, secret, id, entity)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return code
 }
 
 // rawRequest sends a request line with an exact (unnormalised) target and returns the
@@ -422,14 +413,11 @@ func rawPost(t *testing.T, base, target, secret string) int {
 		t.Fatal(err)
 	}
 	req.URL.Opaque = target // sent verbatim as the request target
-	req.Header.Set("Stripe-Signature", demo.StripeSignature(secret, body, time.Now()))
-	resp, err := postClient.Do(req)
+	code, err := sendSigned(req, body, secret)
 	if err != nil {
 		t.Fatalf("POST %s: %v", target, err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return code
 }
 
 // Members named like a prefix of each other ("orders", "orders-eu") share one
