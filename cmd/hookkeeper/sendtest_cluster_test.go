@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,27 +107,18 @@ func newSendTestFixture(t *testing.T) *sendTestFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() {
-		served <- dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
+	receiver := testsupport.Run(t, ctx, "receiver", 30*time.Second, func(ctx context.Context) error {
+		return dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
 			Endpoint: ep, Getenv: getenv, Dispatcher: true, GroupCommit: receipt.DefaultGroupCommit,
 			WebhookAddr: webhookAddr, AdminAddr: adminAddr, ShutdownTimeout: 5 * time.Second, Log: logr.Discard(),
 		})
-	}()
+	})
 	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
+		if err := receiver.Stop(t); err != nil {
 			t.Logf("receiver: %v", err)
 		}
 	})
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
-		select {
-		case err := <-served:
-			return fmt.Errorf("the receiver stopped: %w", err)
-		default:
-			return nil
-		}
-	})
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, receiver.Exited)
 	return &sendTestFixture{
 		clusterFixture: f, dbURL: dbURL, sink: sink,
 		url:    "http://" + webhookAddr + ep.Spec.Receiver.Path,

@@ -157,34 +157,23 @@ func poolEnv(dbURL, secret string) map[string]string {
 // runningPool is `hookkeeper receiver --endpoints-dir` running in this process.
 type runningPool struct {
 	webhook, admin string
-	done           chan error
-	cancel         context.CancelFunc
+	*testsupport.Running
 }
 
 func startPool(t *testing.T, dir string, extra ...string) *runningPool {
 	t.Helper()
 	p := &runningPool{webhook: "http://" + testsupport.FreeAddr(t), admin: "http://" + testsupport.FreeAddr(t)}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
 	args := append([]string{"--endpoints-dir", dir,
 		"--listen-address", strings.TrimPrefix(p.webhook, "http://"), "--admin-address", strings.TrimPrefix(p.admin, "http://"),
 		"--log-level", "error", "--endpoints-poll", "100ms", "--heartbeat-interval", "200ms",
 		"--pod-name", "pool-pod-0", "--pool", "shared", "--shutdown-timeout", "10s"}, extra...)
-	p.done = runReceiver(ctx, args...)
+	p.Running = testsupport.Run(t, context.Background(), "pool", 30*time.Second, receiverCommand(args...))
 	t.Cleanup(func() {
-		cancel()
-		if err := testsupport.Await(t, p.done, 30*time.Second, "the pool to stop"); err != nil {
+		if err := p.Stop(t); err != nil {
 			t.Errorf("pool stopped with %v", err)
 		}
 	})
-	testsupport.WaitReady(t, p.admin+"/readyz", 20*time.Second, func() error {
-		select {
-		case err := <-p.done:
-			return fmt.Errorf("pool exited: %w", err)
-		default:
-			return nil
-		}
-	})
+	testsupport.WaitReady(t, p.admin+"/readyz", 20*time.Second, p.Exited)
 	return p
 }
 

@@ -111,8 +111,8 @@ func TestPoolReaddWhileOldDrainsKeepsMetricsAndHeartbeat(t *testing.T) {
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
-		case err := <-p.done:
-			t.Fatalf("pool exited: %v", err)
+		case <-p.Done():
+			t.Fatal(p.Exited())
 		}
 	}
 }
@@ -204,8 +204,8 @@ func TestPoolKubeletSwapMidReadKeepsMembers(t *testing.T) {
 		}
 		select {
 		case <-time.After(5 * time.Millisecond):
-		case err := <-p.done:
-			t.Fatalf("pool exited: %v", err)
+		case <-p.Done():
+			t.Fatal(p.Exited())
 		}
 	}
 	summary := []string{}
@@ -340,8 +340,8 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 			t.Fatalf("steady answered %d beside hostile members", c)
 		}
 		select {
-		case err := <-p.done:
-			t.Fatalf("pool exited: %v", err)
+		case <-p.Done():
+			t.Fatal(p.Exited())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

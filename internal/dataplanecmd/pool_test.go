@@ -449,12 +449,12 @@ func TestPoolIsolatesEndpoints(t *testing.T) {
 }
 
 func TestPoolRefusesAnEndpointBesideTheDirectory(t *testing.T) {
-	err := <-runReceiver(context.Background(), "--endpoints-dir", t.TempDir(), "--endpoint", "x.yaml")
+	err := receiverCommand("--endpoints-dir", t.TempDir(), "--endpoint", "x.yaml")(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "cannot be combined") {
 		t.Errorf("--endpoints-dir with --endpoint: %v, want a refusal", err)
 	}
 	t.Setenv(config.EnvEndpoint, "{}")
-	err = <-runReceiver(context.Background(), "--endpoints-dir", t.TempDir())
+	err = receiverCommand("--endpoints-dir", t.TempDir())(context.Background())
 	if err == nil || !strings.Contains(err.Error(), config.EnvEndpoint) {
 		t.Errorf("--endpoints-dir with $%s: %v, want a refusal", config.EnvEndpoint, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,16 +25,14 @@ import (
 
 func TestMain(m *testing.M) { testsupport.Main(m) }
 
-// runReceiver runs `hookkeeper receiver args...` in this process until ctx ends; done
-// gets what the command returned.
-func runReceiver(ctx context.Context, args ...string) (done chan error) {
-	done = make(chan error, 1)
+// receiverCommand is `hookkeeper receiver args...`, to run in this process until the
+// context it is given ends.
+func receiverCommand(args ...string) func(ctx context.Context) error {
 	cmd := dataplanecmd.Receiver()
 	cmd.SetArgs(args)
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	return done
+	return cmd.ExecuteContext
 }
 
 // TestReceiverCommandRecordsAndDispatches runs `hookkeeper receiver` as the operator
@@ -59,17 +56,11 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := runReceiver(ctx, "--endpoint", testsupport.StripeEndpointFile(t, sink.URL),
+	receiver := testsupport.Run(t, ctx, "receiver", 20*time.Second, receiverCommand(
+		"--endpoint", testsupport.StripeEndpointFile(t, sink.URL),
 		"--listen-address", webhookAddr, "--admin-address", adminAddr,
-		"--dispatcher", "--log-level", "error", "--shutdown-timeout", "10s")
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, func() error {
-		select {
-		case err := <-done:
-			return fmt.Errorf("receiver exited: %w", err)
-		default:
-			return nil
-		}
-	})
+		"--dispatcher", "--log-level", "error", "--shutdown-timeout", "10s"))
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
 
 	body := demo.StripeEvent("evt_cmd_1", "payment_intent.succeeded", "ord-9", 4200, time.Now())
 	status, err := demo.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body)
@@ -94,8 +85,7 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 		t.Fatal("the dispatcher delivered nothing to the sink")
 	}
 
-	cancel()
-	if err := testsupport.Await(t, done, 20*time.Second, "the receiver to stop"); err != nil {
+	if err := receiver.Stop(t); err != nil {
 		t.Fatalf("receiver stopped with %v", err)
 	}
 	if c, err := net.DialTimeout("tcp", webhookAddr, time.Second); err == nil {
@@ -124,7 +114,7 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 		"negative group":     {[]string{"--group-commit-max-events=-1"}, "--group-commit-max-events"},
 		"negative in flight": {[]string{"--max-in-flight=-1"}, "--max-in-flight"},
 	} {
-		err := <-runReceiver(context.Background(), tc.args...)
+		err := receiverCommand(tc.args...)(context.Background())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %s", name, err, tc.want)
 		}

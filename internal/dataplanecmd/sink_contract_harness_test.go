@@ -126,33 +126,16 @@ func serveManifest(t *testing.T, manifest string, env map[string]string, dispatc
 	logs := &contractLogs{}
 	log := funcr.NewJSON(func(obj string) { logs.add(obj) }, funcr.Options{Verbosity: 10})
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
+	receiver := testsupport.Run(t, context.Background(), "contract receiver", 40*time.Second, func(ctx context.Context) error {
+		return dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
 			Endpoint: ep, Getenv: getenv, Dispatcher: dispatcher,
 			WebhookAddr: webhookAddr, AdminAddr: adminAddr,
 			ShutdownTimeout: 5 * time.Second, Log: log,
 		})
-	}()
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
-		select {
-		case err := <-done:
-			return fmt.Errorf("receiver exited: %w", err)
-		default:
-			return nil
-		}
 	})
-	var once sync.Once
-	rr := &contractReceiver{url: "http://" + webhookAddr + "/stripe", admin: adminAddr, logs: logs}
-	rr.stop = func() {
-		once.Do(func() {
-			cancel()
-			_ = testsupport.Await(t, done, 40*time.Second, "the contract receiver to stop")
-		})
-	}
-	t.Cleanup(rr.stop)
-	return rr
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, receiver.Exited)
+	return &contractReceiver{url: "http://" + webhookAddr + "/stripe", admin: adminAddr, logs: logs,
+		stop: func() { _ = receiver.Stop(t) }}
 }
 
 func (rr *contractReceiver) send(t *testing.T, id, typ, order string, at time.Time) {

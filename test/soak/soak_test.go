@@ -112,32 +112,14 @@ func TestSoak(t *testing.T) {
 	t.Logf("seeded %d receipts and %d delivered outbox rows of history", seeded.receipts, seeded.deliveries)
 
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-	served := make(chan error, 1)
-	go func() {
-		served <- dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
+	receiver := testsupport.Run(t, ctx, "receiver", 30*time.Second, func(ctx context.Context) error {
+		return dataplanecmd.Serve(ctx, dataplanecmd.ServeOptions{
 			Endpoint: ep, Getenv: getenv, Dispatcher: true, GroupCommit: receipt.DefaultGroupCommit,
 			WebhookAddr: webhookAddr, AdminAddr: adminAddr, RetentionInterval: p.retentionInterval,
 			Log: logr.Discard(),
 		})
-	}()
-	stopped := false
-	stop := func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		return testsupport.Await(t, served, 30*time.Second, "the receiver to stop")
-	}
-	defer func() { _ = stop() }()
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, func() error {
-		select {
-		case err := <-served:
-			return fmt.Errorf("receiver stopped: %w", err)
-		default:
-			return nil
-		}
 	})
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 30*time.Second, receiver.Exited)
 
 	removed := func(kind string) float64 {
 		return testutil.ToFloat64(metrics.RetentionRemoved.WithLabelValues(ep.Key(), kind))
@@ -184,7 +166,7 @@ func TestSoak(t *testing.T) {
 			iv.removed[0], iv.removed[1], iv.removed[2])
 	}
 	wg.Wait()
-	if err := stop(); err != nil {
+	if err := receiver.Stop(t); err != nil {
 		t.Errorf("receiver: %v", err)
 	}
 
