@@ -253,16 +253,15 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 	const pw = "s3cr3t-pa55word"
 	secretURL := "postgres://postgres:" + pw + "@127.0.0.1:1/nowhere?sslmode=disable"
 	const sigSecret = "whsec_topsecret_value"
-	bad := map[string]struct {
+	// member is what a member's files hold: NAME.json and NAME.env.
+	type member struct {
 		manifest []byte
 		env      string
-	}{}
+	}
+	bad := map[string]member{}
 	good := func(name string) poolEndpoint { return poolEndpoint{name: name, schema: "shared"} }
 	envOK := "DATABASE_URL=" + db + "\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"
-	bad["bad-json"] = struct {
-		manifest []byte
-		env      string
-	}{[]byte(`{"apiVersion": "hookkeeper.dev/v1alpha1", "kind":`), envOK}
+	bad["bad-json"] = member{[]byte(`{"apiVersion": "hookkeeper.dev/v1alpha1", "kind":`), envOK}
 	for name, m := range map[string][]byte{
 		"null-doc":  []byte(`null`),
 		"array-doc": []byte(`[]`),
@@ -292,39 +291,15 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 			d["metadata"].(map[string]any)["namespace"] = "kube-system"
 		}),
 	} {
-		bad[name] = struct {
-			manifest []byte
-			env      string
-		}{m, envOK}
+		bad[name] = member{m, envOK}
 	}
-	bad["env-garbage"] = struct {
-		manifest []byte
-		env      string
-	}{good("env-garbage").manifest(), "this is not an env file\n" + sigSecret + "\n"}
-	bad["env-no-db"] = struct {
-		manifest []byte
-		env      string
-	}{good("env-no-db").manifest(), "HOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
-	bad["env-bad-url"] = struct {
-		manifest []byte
-		env      string
-	}{good("env-bad-url").manifest(), "DATABASE_URL=postgres://postgres:" + pw + "@[::1\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
-	bad["env-dead-db"] = struct {
-		manifest []byte
-		env      string
-	}{good("env-dead-db").manifest(), "DATABASE_URL=" + secretURL + "\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
-	bad["env-crlf"] = struct {
-		manifest []byte
-		env      string
-	}{good("env-crlf").manifest(), "DATABASE_URL=" + db + "\r\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\r\n"}
-	bad["Upper"] = struct {
-		manifest []byte
-		env      string
-	}{good("Upper").manifest(), envOK}
-	bad["huge"] = struct {
-		manifest []byte
-		env      string
-	}{mutate(good("huge"), func(d map[string]any) {
+	bad["env-garbage"] = member{good("env-garbage").manifest(), "this is not an env file\n" + sigSecret + "\n"}
+	bad["env-no-db"] = member{good("env-no-db").manifest(), "HOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
+	bad["env-bad-url"] = member{good("env-bad-url").manifest(), "DATABASE_URL=postgres://postgres:" + pw + "@[::1\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
+	bad["env-dead-db"] = member{good("env-dead-db").manifest(), "DATABASE_URL=" + secretURL + "\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\n"}
+	bad["env-crlf"] = member{good("env-crlf").manifest(), "DATABASE_URL=" + db + "\r\nHOOKKEEPER_SIGNING_SECRET_0=" + sigSecret + "\r\n"}
+	bad["Upper"] = member{good("Upper").manifest(), envOK}
+	bad["huge"] = member{mutate(good("huge"), func(d map[string]any) {
 		d["metadata"].(map[string]any)["annotations"] = map[string]any{"pad": strings.Repeat("y", 8<<20)}
 	}), envOK}
 
