@@ -34,14 +34,7 @@ type testDB struct {
 
 func newTestDB(t *testing.T) *testDB {
 	t.Helper()
-	url := testsupport.MigratedDatabase(t, testSchema)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := store.Open(ctx, url, 16)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	url, pool := testsupport.MigratedPool(t, testSchema, 16)
 	return &testDB{url: url, pool: pool, tables: store.TablesIn(testSchema)}
 }
 

@@ -34,14 +34,7 @@ type db struct {
 
 func newDB(t *testing.T) *db {
 	t.Helper()
-	url := testsupport.MigratedDatabase(t, schema)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := store.Open(ctx, url, 4)
-	if err != nil {
-		t.Fatalf("open pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	_, pool := testsupport.MigratedPool(t, schema, 4)
 	return &db{pool: pool, tables: store.TablesIn(schema), now: time.Now().UTC().Truncate(time.Second)}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -103,6 +104,22 @@ func MigratedDatabase(tb testing.TB, schema string) string {
 		tb.Fatalf("migrate test database: %v", err)
 	}
 	return u
+}
+
+// MigratedPool is MigratedDatabase with a pool of at most maxConns connections on it,
+// opened as the receiver opens its own (store.Open) and closed when the test ends. It
+// returns the database's URL and the pool.
+func MigratedPool(tb testing.TB, schema string, maxConns int32) (string, *pgxpool.Pool) {
+	tb.Helper()
+	u := MigratedDatabase(tb, schema)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := store.Open(ctx, u, maxConns)
+	if err != nil {
+		tb.Fatalf("open pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return u, pool
 }
 
 func dropDatabase(tb testing.TB, admin, name string) {
