@@ -145,12 +145,9 @@ func (e *env) waitEvent(t *testing.T, ns, reason string) eventsv1.Event {
 // runDispatcher runs a dispatcher until the test ends.
 func runDispatcher(t *testing.T, pool *pgxpool.Pool, opts outbox.Options) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- outbox.NewDispatcher(pool, opts).Run(ctx) }()
+	run := testsupport.Run(t, context.Background(), "dispatcher", timeout, outbox.NewDispatcher(pool, opts).Run)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := run.Stop(t); err != nil {
 			t.Errorf("dispatcher: %v", err)
 		}
 	})

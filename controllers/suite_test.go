@@ -180,11 +180,10 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(cancel)
+	manager := testsupport.Run(t, ctx, "manager", time.Minute, mgr.Start)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := manager.Stop(t); err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})

@@ -83,17 +83,14 @@ func (e *replayEnv) start(t *testing.T) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	manager := testsupport.Run(top, context.Background(), "manager", timeout, mgr.Start)
 	stopped := false
 	e.stop = func() {
 		if stopped {
 			return
 		}
 		stopped = true
-		cancel()
-		if err := testsupport.Await(top, done, timeout, "the manager to stop"); err != nil {
+		if err := manager.Stop(top); err != nil {
 			top.Errorf("manager: %v", err)
 		}
 	}

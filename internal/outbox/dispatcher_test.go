@@ -337,12 +337,9 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 	opts.PollInterval = 30 * time.Second
 	start(t, db.pool, opts)
 	notifier := NewNotifier(db.pool, testEndpoint, logr.Discard())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- notifier.Run(ctx) }()
+	run := testsupport.Run(t, context.Background(), "notifier", 30*time.Second, notifier.Run)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := run.Stop(t); err != nil {
 			t.Errorf("notifier Run: %v", err)
 		}
 	})

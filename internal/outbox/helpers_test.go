@@ -253,20 +253,12 @@ func (db *testDB) options(t *testing.T, sinkURL string) Options {
 func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop func()) {
 	t.Helper()
 	d = NewDispatcher(pool, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	run := testsupport.Run(t, context.Background(), "dispatcher", 30*time.Second, d.Run)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("dispatcher Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("dispatcher did not stop within 30s")
+			if err := run.Stop(t); err != nil {
+				t.Errorf("dispatcher Run: %v", err)
 			}
 		})
 	}

@@ -193,16 +193,11 @@ type serving struct {
 func serve(t *testing.T, srv *receiver.Server) serving {
 	t.Helper()
 	webhookLn, adminLn := listen(t), listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, webhookLn, adminLn) }()
-	var once sync.Once
-	var serveErr error
-	s := serving{base: "http://" + webhookLn.Addr().String(), adminURL: "http://" + adminLn.Addr().String()}
-	s.stop = func() error {
-		once.Do(func() { cancel(); serveErr = <-done })
-		return serveErr
-	}
+	run := testsupport.Run(t, context.Background(), "server", time.Minute, func(ctx context.Context) error {
+		return srv.Serve(ctx, webhookLn, adminLn)
+	})
+	s := serving{base: "http://" + webhookLn.Addr().String(), adminURL: "http://" + adminLn.Addr().String(),
+		stop: func() error { return run.Stop(t) }}
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
 			t.Errorf("serve: %v", err)

@@ -18,7 +18,7 @@ type Running struct {
 	done    chan struct{}
 	err     error // what run returned, once done is closed
 	stop    sync.Once
-	stopErr error
+	stopErr error // what Stop returns
 }
 
 // Run calls run in a goroutine of its own with a context derived from ctx that Stop
@@ -53,9 +53,10 @@ func (r *Running) Exited() error {
 	}
 }
 
-// Stop cancels run's context and returns what run returned, failing tb when it has not
-// returned within the grace period. Only the first call waits; later ones return what
-// it returned.
+// Stop cancels run's context and returns what run returned. When run has not returned
+// within the grace period it fails tb (with Errorf, so that it may be called from any
+// goroutine) and returns that error instead. Only the first call waits; later ones
+// return what it returned.
 func (r *Running) Stop(tb testing.TB) error {
 	tb.Helper()
 	r.stop.Do(func() {
@@ -64,7 +65,8 @@ func (r *Running) Stop(tb testing.TB) error {
 		case <-r.done:
 			r.stopErr = r.err
 		case <-time.After(r.grace):
-			tb.Fatalf("waiting for the %s to stop: timed out after %s", r.what, r.grace)
+			r.stopErr = fmt.Errorf("the %s did not stop within %s", r.what, r.grace)
+			tb.Error(r.stopErr)
 		}
 	})
 	return r.stopErr
