@@ -29,9 +29,10 @@ import (
 //
 // Nothing is acknowledged before its group commits. A group that fails for any reason
 // is rolled back and each member then runs alone, so one member's failure (its own
-// deadlock, a constraint of the app's table, a timeout) never fails another. A group of
-// two or more waits at most groupLockTimeout for a lock; a member that contends for one runs alone
-// too, and the leader goes on with the queue. A member that onUnmatched Retry turns
+// deadlock, a constraint of the app's table, a timeout) never fails another. A group,
+// a group of one included, waits at most groupLockTimeout for a lock; a member that
+// contends for one then runs alone, in a transaction of its own that waits as long as
+// it must, and the leader goes on with the queue. A member that onUnmatched Retry turns
 // away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
 //
 // There is no timer: a group is whatever is queued when a transaction slot frees up, so
@@ -279,13 +280,13 @@ func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
 	}
 }
 
-// groupLockTimeout bounds how long a group waits for a row or index lock (an entity
-// another replica's transaction or the app itself holds, a concurrent copy of an event).
-// Past it the group fails and its members run alone, where waiting delays only the
-// member that contends, not the deliveries queued behind the group.
+// groupLockTimeout bounds how long a group, a group of one included, waits for a row or
+// index lock (an entity another replica's transaction or the app itself holds, a
+// concurrent copy of an event). Past it the group fails and its members run alone, in
+// transactions of their own with no such bound, where waiting delays only the member
+// that contends, not the deliveries queued behind the group: a group holds the turn to
+// form (grouper.forming) until it holds its locks.
 const groupLockTimeout = "50ms"
-
-var groupLockTimeoutStep = execStep("SET LOCAL lock_timeout = '"+groupLockTimeout+"'", nil)
 
 // recordGroup runs the group's transaction: two round trips for the whole group. The
 // replies are in group order; an error means nothing was committed.
@@ -299,16 +300,10 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 
 	var replies []groupReply
 	var plans []*entityPlan
-	err := r.inTx(ctx, func(tx *pipelinedTx) error {
+	err := r.inTxWith(ctx, groupSettingsStep, func(tx *pipelinedTx) error {
 		replies = make([]groupReply, len(group))
 		plans = make([]*entityPlan, len(group))
 		views := make([]entityView, len(group))
-		if len(group) > 1 {
-			// Only a shared transaction bounds its lock waits: a lone delivery waiting for
-			// its entity delays nobody else, and the statement would cost it a round of
-			// parsing for nothing.
-			tx.queue(groupLockTimeoutStep)
-		}
 		locks := 0
 		for _, i := range order {
 			plans[i] = &entityPlan{primary: &candidate{ev: group[i].ev, live: group[i].live}}

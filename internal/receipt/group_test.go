@@ -332,3 +332,60 @@ func BenchmarkGroupContext(b *testing.B) {
 		})
 	}
 }
+
+// TestLoneDeliveryOnALockedEntityStallsNoOther: a delivery that arrives alone runs as a
+// group of one and forms the next group's turn until it holds its entity's lock. When
+// the app (or another replica) holds that row for seconds, every other delivery of the
+// endpoint would wait behind it; instead it gives the lock up after groupLockTimeout and
+// waits on its own, and the others commit meanwhile.
+func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	f.managedEntity("order-busy", "payment_pending", 100)
+	f.managedEntity("order-free", "payment_pending", 100)
+
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM hk.entities WHERE entity_key = 'order-busy' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	busy := make(chan error, 1)
+	go func() {
+		_, err := f.rec.Record(f.ctx, ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
+		busy <- err
+	}()
+	// The busy delivery is alone and waits for its lock before the free one arrives.
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the busy delivery waits for its entity's lock", func() bool {
+		return f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
+	})
+
+	freeCtx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+	defer cancel()
+	res, err := f.rec.Record(freeCtx, ev("evt_free", "payment_intent.succeeded", "order-free", 100, t0))
+	if err != nil || res.Outcome != OutcomeApplied {
+		t.Fatalf("a delivery for another entity waited behind the locked one: %+v, %v", res, err)
+	}
+	select {
+	case err := <-busy:
+		t.Fatalf("the busy delivery answered while its entity was locked: %v", err)
+	default:
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-busy:
+		if err != nil {
+			t.Fatalf("busy delivery after the lock was released: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the busy delivery did not finish after its lock was released")
+	}
+	if got := f.rows.EntitiesInState(t, "paid"); got != 2 {
+		t.Fatalf("paid entities = %d, want 2", got)
+	}
+}

@@ -134,9 +134,12 @@ var (
 	beginStep = execStep("BEGIN ISOLATION LEVEL READ COMMITTED", nil)
 	// indexesStep plans the transaction's statements on their indexes, whatever the
 	// size of the tables when a statement is planned (store.PlanOnIndexes says why).
-	indexesStep  = execStep(store.PlanOnIndexes, nil)
-	rollbackStep = execStep("ROLLBACK", nil)
-	commitStep   = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
+	indexesStep = execStep(store.PlanOnIndexes, nil)
+	// groupSettingsStep is indexesStep for a transaction of the grouper (group.go), in
+	// the same statement: its lock waits end after groupLockTimeout.
+	groupSettingsStep = execStep(store.PlanOnIndexes+", set_config('lock_timeout', '"+groupLockTimeout+"', true)", nil)
+	rollbackStep      = execStep("ROLLBACK", nil)
+	commitStep        = step{sql: "COMMIT", read: func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		if err != nil {
 			return err
@@ -154,7 +157,12 @@ var (
 // back and the error returned: nothing of it is committed. A transaction that wrote
 // nothing (every event a duplicate) ends with ROLLBACK: it only released its locks, and
 // a commit would wait for a WAL flush of the row locks' transaction id.
-func (r *Recorder) inTx(ctx context.Context, fn func(tx *pipelinedTx) error) (err error) {
+func (r *Recorder) inTx(ctx context.Context, fn func(tx *pipelinedTx) error) error {
+	return r.inTxWith(ctx, indexesStep, fn)
+}
+
+// inTxWith is inTx with settings (indexesStep or groupSettingsStep) sent after BEGIN.
+func (r *Recorder) inTxWith(ctx context.Context, settings step, fn func(tx *pipelinedTx) error) (err error) {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire database connection: %w", err)
@@ -165,7 +173,7 @@ func (r *Recorder) inTx(ctx context.Context, fn func(tx *pipelinedTx) error) (er
 		}
 		conn.Release()
 	}()
-	tx := &pipelinedTx{conn: conn, queued: []step{beginStep, indexesStep}}
+	tx := &pipelinedTx{conn: conn, queued: []step{beginStep, settings}}
 	if err := fn(tx); err != nil {
 		return err
 	}
