@@ -44,6 +44,7 @@ type receiverFlags struct {
 	// Group commit (receipt.GroupCommit); zero means the default.
 	groupMaxEvents    int
 	groupTransactions int
+	groupOverflow     time.Duration
 	// maxInFlight overrides spec.receiver.maxInFlight when positive.
 	maxInFlight int
 	// poolMaxInFlight caps a pool process's requests, all endpoints together.
@@ -68,6 +69,10 @@ func (f receiverFlags) groupCommit() (receipt.GroupCommit, error) {
 	if f.groupTransactions > 0 {
 		g.Transactions = f.groupTransactions
 	}
+	if f.groupOverflow < 0 {
+		return g, fmt.Errorf("--group-commit-overflow-after must not be negative, got %s", f.groupOverflow)
+	}
+	g.OverflowAfter = f.groupOverflow
 	return g, nil
 }
 
@@ -103,6 +108,8 @@ without a restart, and lists them on the admin port at GET /endpoints.`,
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", receiver.DefaultShutdownTimeout, "how long in-flight requests may take to finish after SIGTERM")
 	fl.IntVar(&f.groupMaxEvents, "group-commit-max-events", receipt.DefaultGroupCommit.MaxEvents, "most concurrent deliveries that share one receipt transaction; 1 gives every delivery its own, 0 the default")
 	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
+	fl.DurationVar(&f.groupOverflow, "group-commit-overflow-after", receipt.DefaultGroupCommit.OverflowAfter,
+		"open the receipt transactions beyond the first only for deliveries queued this long behind the running one; 0 opens them at once")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")

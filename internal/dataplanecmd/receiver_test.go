@@ -112,6 +112,7 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 		"no endpoint":        {nil, config.EnvEndpoint},
 		"bad log level":      {[]string{"--log-level", "chatty"}, "--log-level"},
 		"negative group":     {[]string{"--group-commit-max-events=-1"}, "--group-commit-max-events"},
+		"negative overflow":  {[]string{"--group-commit-overflow-after=-1ms"}, "--group-commit-overflow-after"},
 		"negative in flight": {[]string{"--max-in-flight=-1"}, "--max-in-flight"},
 	} {
 		err := receiverCommand(tc.args...)(context.Background())

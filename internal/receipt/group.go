@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -35,11 +36,14 @@ import (
 // it must, and the leader goes on with the queue. A member that onUnmatched Retry turns
 // away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
 //
-// There is no timer: a group is whatever is queued when a transaction slot frees up, so
-// a lone request starts at once and costs what it always did (two round trips). A
-// delivery that finds nobody queued, no group forming and a slot free runs on its own
-// goroutine, without being handed to a leader and back. Groups grow only under
-// concurrency, where they pay.
+// No delivery waits for a group to fill: a group is whatever is queued when a
+// transaction slot frees up, so a lone request starts at once and costs what it always
+// did (two round trips). A delivery that finds nobody queued, no transaction running and
+// no group forming runs on its own goroutine, without being handed to a leader and back.
+// Deliveries that arrive while a transaction runs queue for the next group; a second
+// transaction opens only for deliveries that have queued OverflowAfter (a slow commit, a
+// lock wait), so at low concurrency groups grow instead of every delivery paying a
+// transaction of its own. Groups grow only under concurrency, where they pay.
 
 // GroupCommit configures group commit (WithGroupCommit).
 type GroupCommit struct {
@@ -48,13 +52,19 @@ type GroupCommit struct {
 	// Transactions is how many group transactions run at once. Requests beyond them
 	// queue and form the next groups.
 	Transactions int
+	// OverflowAfter, when positive, opens the transactions beyond the first only for
+	// deliveries that have queued that long behind the running one: until then they form
+	// the next group, a larger one. Zero opens them as soon as deliveries queue.
+	OverflowAfter time.Duration
 	// Observe, when set, is told the size of every group run (a metric).
 	Observe func(size int)
 }
 
-// DefaultGroupCommit overlaps two group transactions: while one sends its inserts and
-// commit, the next takes what has queued and locks its entities. Groups grow with load.
-var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 2}
+// DefaultGroupCommit runs one group transaction at a time while they keep up, so the
+// deliveries that arrive meanwhile share the next (larger groups: less CPU per event);
+// deliveries that have waited OverflowAfter open a second, so a slow commit or a long
+// lock wait never holds the queue. Groups grow with load.
+var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: 2 * time.Millisecond}
 
 // WithGroupCommit sets how concurrent single-event RecordBatch calls share
 // transactions; NewRecorder uses DefaultGroupCommit. MaxEvents 1 gives every call a
@@ -99,6 +109,9 @@ type grouper struct {
 	mu      sync.Mutex
 	queue   []*groupMember
 	leaders int
+	// overflow is armed while deliveries queue behind a running transaction and
+	// another may yet open (cfg.OverflowAfter).
+	overflow *time.Timer
 	// forming is held by the leader whose group is being taken and locked.
 	forming sync.Mutex
 }
@@ -107,7 +120,7 @@ type grouper struct {
 func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error) {
 	m := &groupMember{ctx: ctx, ev: ev, live: live, reply: make(chan groupReply, 1)}
 	g.mu.Lock()
-	if len(g.queue) == 0 && g.leaders < g.cfg.Transactions && g.forming.TryLock() {
+	if len(g.queue) == 0 && g.leaders < g.open() && g.forming.TryLock() {
 		// Nobody waits and a transaction slot is free: the delivery is a group of one,
 		// run on its own goroutine, with no hand-over to a leader and back.
 		g.leaders++
@@ -115,9 +128,12 @@ func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error
 		g.runAlone(m)
 	} else {
 		g.queue = append(g.queue, m)
-		if g.leaders < g.cfg.Transactions {
+		switch {
+		case g.leaders < g.open():
 			g.leaders++
 			go g.lead()
+		case g.leaders < g.cfg.Transactions && g.overflow == nil:
+			g.overflow = time.AfterFunc(g.cfg.OverflowAfter, g.overflowed)
 		}
 		g.mu.Unlock()
 	}
@@ -128,6 +144,27 @@ func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error
 		// Either still queued (take skips it) or inside a transaction that may yet
 		// commit: unacknowledged either way, and a redelivery is a duplicate.
 		return Result{}, fmt.Errorf("record event %s: %w", ev.ID, ctx.Err())
+	}
+}
+
+// open is how many transactions may run before deliveries have queued OverflowAfter.
+// Called with g.mu held.
+func (g *grouper) open() int {
+	if g.cfg.OverflowAfter > 0 {
+		return 1
+	}
+	return g.cfg.Transactions
+}
+
+// overflowed opens another transaction for the deliveries that have waited
+// cfg.OverflowAfter behind the running ones.
+func (g *grouper) overflowed() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.overflow = nil
+	if len(g.queue) > 0 && g.leaders < g.cfg.Transactions {
+		g.leaders++
+		go g.lead()
 	}
 }
 

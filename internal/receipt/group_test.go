@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,6 +385,116 @@ func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the busy delivery did not finish after its lock was released")
+	}
+	if got := f.rows.EntitiesInState(t, "paid"); got != 2 {
+		t.Fatalf("paid entities = %d, want 2", got)
+	}
+}
+
+// TestGroupQueuesBehindTheRunningTransaction: deliveries that arrive while a group
+// transaction runs form the next group, and no second transaction opens before they
+// have queued OverflowAfter.
+func TestGroupQueuesBehindTheRunningTransaction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	const n = 6
+	for i := range n {
+		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
+	}
+	var sizes []int
+	var mu sync.Mutex
+	release := make(chan struct{})
+	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: time.Hour,
+		Observe: func(size int) {
+			mu.Lock()
+			first := len(sizes) == 0
+			sizes = append(sizes, size)
+			mu.Unlock()
+			if first {
+				<-release // the first transaction runs until the test says
+			}
+		}}))
+	g := f.rec.group
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	send := func(i int) {
+		wg.Go(func() {
+			_, errs[i] = f.rec.Record(f.ctx, ev(fmt.Sprintf("evt_%d", i), "payment_intent.succeeded", fmt.Sprintf("order-%d", i), 1000, t0))
+		})
+	}
+	send(0)
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first transaction to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	for i := 1; i < n; i++ {
+		send(i)
+	}
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the others to queue", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.queue) == n-1
+	})
+	g.mu.Lock()
+	leaders := g.leaders
+	g.mu.Unlock()
+	if leaders != 1 {
+		t.Errorf("%d transactions running, want 1: the second opens only after OverflowAfter", leaders)
+	}
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("delivery %d: %v", i, err)
+		}
+	}
+	if !slices.Equal(sizes, []int{1, n - 1}) {
+		t.Errorf("group sizes %v, want [1 %d]", sizes, n-1)
+	}
+	if got := f.rows.EntitiesInState(t, "paid"); got != n {
+		t.Errorf("paid entities = %d, want %d", got, n)
+	}
+}
+
+// TestGroupOverflowsASlowCommit: a group transaction that takes long after it holds its
+// locks (a slow commit, a trigger of the app's) holds no delivery much longer than
+// OverflowAfter: a second transaction opens for them.
+func TestGroupOverflowsASlowCommit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	f.managedEntity("order-slow", "payment_pending", 100)
+	f.managedEntity("order-free", "payment_pending", 100)
+	f.exec(`CREATE FUNCTION hk.slow_move() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.entity_key = 'order-slow' THEN PERFORM pg_sleep(3); END IF;
+  RETURN NEW;
+END $$`)
+	f.exec(`CREATE TRIGGER slow_move BEFORE UPDATE ON hk.entities FOR EACH ROW EXECUTE FUNCTION hk.slow_move()`)
+	if DefaultGroupCommit.OverflowAfter <= 0 || DefaultGroupCommit.Transactions < 2 {
+		t.Fatalf("DefaultGroupCommit %+v: the default must overflow", DefaultGroupCommit)
+	}
+
+	slow := make(chan error, 1)
+	go func() {
+		_, err := f.rec.Record(f.ctx, ev("evt_slow", "payment_intent.succeeded", "order-slow", 100, t0))
+		slow <- err
+	}()
+	testsupport.Eventually(t, 10*time.Second, 5*time.Millisecond, "the slow transaction to sleep in its write", func() bool {
+		return f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()`) > 0
+	})
+	res, err := f.rec.Record(f.ctx, ev("evt_free", "payment_intent.succeeded", "order-free", 100, t0))
+	if err != nil || res.Outcome != OutcomeApplied {
+		t.Fatalf("free delivery: %+v, %v", res, err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the free delivery waited for the slow transaction to end (%v)", err)
+	default:
+	}
+	select {
+	case err := <-slow:
+		if err != nil {
+			t.Fatalf("slow delivery: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow delivery did not finish")
 	}
 	if got := f.rows.EntitiesInState(t, "paid"); got != 2 {
 		t.Fatalf("paid entities = %d, want 2", got)
