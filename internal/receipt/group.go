@@ -41,8 +41,8 @@ import (
 // did (two round trips). A delivery that finds nobody queued, no transaction running and
 // no group forming runs on its own goroutine, without being handed to a leader and back.
 // Deliveries that arrive while a transaction runs queue for the next group; a second
-// transaction opens only for deliveries that have queued OverflowAfter (a slow commit, a
-// lock wait), so at low concurrency groups grow instead of every delivery paying a
+// transaction opens only for deliveries that have queued OverflowAfter (behind a slow
+// commit, say), so at low concurrency groups grow instead of every delivery paying a
 // transaction of its own. Groups grow only under concurrency, where they pay.
 
 // GroupCommit configures group commit (WithGroupCommit).
@@ -62,8 +62,9 @@ type GroupCommit struct {
 
 // DefaultGroupCommit runs one group transaction at a time while they keep up, so the
 // deliveries that arrive meanwhile share the next (larger groups: less CPU per event);
-// deliveries that have waited OverflowAfter open a second, so a slow commit or a long
-// lock wait never holds the queue. Groups grow with load.
+// deliveries that have waited OverflowAfter open a second, so a slow commit holds the
+// queue no longer than that (a lock wait, no longer than groupLockTimeout). Groups grow
+// with load.
 var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: 2 * time.Millisecond}
 
 // WithGroupCommit sets how concurrent single-event RecordBatch calls share

@@ -463,7 +463,7 @@ func TestGroupOverflowsASlowCommit(t *testing.T) {
 	f.managedEntity("order-free", "payment_pending", 100)
 	f.exec(`CREATE FUNCTION hk.slow_move() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF NEW.entity_key = 'order-slow' THEN PERFORM pg_sleep(3); END IF;
+  IF NEW.entity_key = 'order-slow' THEN PERFORM pg_sleep(5); END IF;
   RETURN NEW;
 END $$`)
 	f.exec(`CREATE TRIGGER slow_move BEFORE UPDATE ON hk.entities FOR EACH ROW EXECUTE FUNCTION hk.slow_move()`)
