@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -181,21 +183,29 @@ func TestGroupMemberThatCannotCommitFailsAlone(t *testing.T) {
 	}
 }
 
-func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+// holdBusyEntity makes the managed entities order-busy and order-free, both
+// payment_pending with amount 100, and holds order-busy's row lock as another replica or
+// the app would: in a transaction the test commits to release it (or its cleanup rolls
+// back).
+func holdBusyEntity(t *testing.T, f *fixture) pgx.Tx {
+	t.Helper()
 	f.managedEntity("order-busy", "payment_pending", 100)
 	f.managedEntity("order-free", "payment_pending", 100)
-
-	// Someone else (another replica, the app) holds order-busy.
 	tx, err := f.pool.Begin(f.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM hk.entities WHERE entity_key = 'order-busy' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
+	return tx
+}
+
+func TestGroupDoesNotWaitBehindALockedEntity(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	tx := holdBusyEntity(t, f)
 
 	busy := member(f.ctx, ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
 	free := member(f.ctx, ev("evt_free", "payment_intent.succeeded", "order-free", 100, t0))
@@ -342,17 +352,7 @@ func BenchmarkGroupContext(b *testing.B) {
 func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
-	f.managedEntity("order-busy", "payment_pending", 100)
-	f.managedEntity("order-free", "payment_pending", 100)
-
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM hk.entities WHERE entity_key = 'order-busy' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdBusyEntity(t, f)
 
 	busy := make(chan error, 1)
 	go func() {
