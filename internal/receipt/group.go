@@ -122,8 +122,9 @@ func (g *grouper) record(ctx context.Context, ev Event, live any) (Result, error
 	m := &groupMember{ctx: ctx, ev: ev, live: live, reply: make(chan groupReply, 1)}
 	g.mu.Lock()
 	if len(g.queue) == 0 && g.leaders < g.open() && g.forming.TryLock() {
-		// Nobody waits and a transaction slot is free: the delivery is a group of one,
-		// run on its own goroutine, with no hand-over to a leader and back.
+		// Nobody waits and no transaction runs (or, with no OverflowAfter, a slot is
+		// free): the delivery is a group of one, run on its own goroutine, with no
+		// hand-over to a leader and back.
 		g.leaders++
 		g.mu.Unlock()
 		g.runAlone(m)
