@@ -14,7 +14,10 @@ import (
 // indexes however small the tables were when the connection planned them
 // (store.PlanOnIndexes says why): the tables are analyzed at 300 rows, the connection
 // makes its generic plans, the tables grow by 20,000 rows without an analyze, and not
-// one sequential scan may follow. This test fails without PlanOnIndexes.
+// one sequential scan may follow. This test fails without PlanOnIndexes. Nor may an
+// index scan read the entity table beyond the rows it locks and moves (a lock ordered
+// by an index it can only scan whole would read every entity of the endpoint), alone
+// or in a group.
 func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -23,13 +26,16 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 		setup  []string
 		entity func(exec testsupport.Exec, endpoint, key string)
 		tables []string
+		// entities is the table of the entities, among tables.
+		entities string
 	}{{
 		name: "managed entities",
 		entity: func(exec testsupport.Exec, endpoint, key string) {
 			exec(`INSERT INTO hk.entities (endpoint, entity_key, state, amount)
 				VALUES ($1, $2, 'payment_pending', 100)`, endpoint, key)
 		},
-		tables: []string{"hk.webhook_events", "hk.entities", "hk.outbox"},
+		tables:   []string{"hk.webhook_events", "hk.entities", "hk.outbox"},
+		entities: "hk.entities",
 	}, {
 		name:  "app table",
 		table: ordersBinding(),
@@ -38,7 +44,8 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			exec(`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
 				VALUES ('acme', $1, 'payment_pending', 100)`, key)
 		},
-		tables: []string{"hk.webhook_events", "hk.entity_clocks", "hk.outbox", "public.orders"},
+		tables:   []string{"hk.webhook_events", "hk.entity_clocks", "hk.outbox", "public.orders"},
+		entities: "public.orders",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,7 +101,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			// The 20,000 bulk rows and the 16 receipts are the signal that the figures
 			// of the closed connection have arrived.
 			grown := testsupport.Signal{Table: "hk.webhook_events", Column: "n_tup_ins", Grows: 20000 + 16}
-			scans := testsupport.SeqScansDuring(t, f.ctx, f.url, tc.tables, grown, func() {
+			stats := testsupport.StatsDuring(t, f.ctx, f.url, []string{"seq_scan", "idx_tup_fetch"}, tc.tables, grown, func() {
 				// More than five executions of every statement: PostgreSQL makes its
 				// generic plan for the connection.
 				for i := range 8 {
@@ -104,16 +111,31 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 				// The tables grow by 20,000 receipts behind the receiver's back, with no
 				// analyze, as during a busy endpoint's first minute.
 				bulk(f.exec, f.ep.Key(), 301, 20300)
-				for i := range 8 {
+				// And as one group, with one statement locking all 8.
+				group := make([]*groupMember, 8)
+				for i := range group {
 					key := fmt.Sprintf("later-%d", i)
-					record("evt-"+key, key)
+					group[i] = member(f.ctx, ev("evt-"+key, "payment_intent.succeeded", key, 100, t0))
+				}
+				replies, err := rec.recordGroup(f.ctx, group, func() {})
+				if err != nil {
+					t.Fatalf("record a group of 8: %v", err)
+				}
+				for i, rep := range replies {
+					if rep.err != nil || rep.res.Outcome != OutcomeApplied {
+						t.Fatalf("group member %d: %+v, %v", i, rep.res, rep.err)
+					}
 				}
 				pool.Close() // the backend reports its table statistics as it exits
 			})
 			for _, table := range tc.tables {
-				if n := scans[table]; n != 0 {
+				if n := stats["seq_scan"][table]; n != 0 {
 					t.Errorf("%s: %d sequential scans by 16 receipts; every receipt statement must use an index", table, n)
 				}
+			}
+			// Each receipt fetches its entity twice: to lock it, and to move it.
+			if n := stats["idx_tup_fetch"][tc.entities]; n > 2*16 {
+				t.Errorf("%s: %d rows fetched by index for 16 receipts, want at most 32: a statement reads entities it does not lock", tc.entities, n)
 			}
 		})
 	}

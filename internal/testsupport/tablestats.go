@@ -119,18 +119,33 @@ type Signal struct {
 // signal has grown by its amount.
 func SeqScansDuring(tb testing.TB, ctx context.Context, url string, tables []string, signal Signal, run func()) map[string]int64 {
 	tb.Helper()
+	return StatsDuring(tb, ctx, url, []string{"seq_scan"}, tables, signal, run)["seq_scan"]
+}
+
+// StatsDuring returns how much each of columns of pg_stat_user_tables (seq_scan,
+// idx_tup_fetch, ...) grew on each of tables while run ran: by column, then by table.
+// run must use connections of its own and close them before it returns; their figures
+// count once signal has grown by its amount.
+func StatsDuring(tb testing.TB, ctx context.Context, url string, columns, tables []string, signal Signal, run func()) map[string]map[string]int64 {
+	tb.Helper()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		tb.Fatalf("connect to read table statistics: %v", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	before := tableStats(tb, ctx, conn, "seq_scan", tables...)
+	before := map[string]map[string]int64{}
+	for _, c := range columns {
+		before[c] = tableStats(tb, ctx, conn, c, tables...)
+	}
 	start := tableStats(tb, ctx, conn, signal.Column, signal.Table)[signal.Table]
 	run()
 	waitForTableStat(tb, ctx, url, signal.Table, signal.Column, start+signal.Grows)
-	scans := tableStats(tb, ctx, conn, "seq_scan", tables...)
-	for table := range scans {
-		scans[table] -= before[table]
+	grew := map[string]map[string]int64{}
+	for _, c := range columns {
+		grew[c] = tableStats(tb, ctx, conn, c, tables...)
+		for table := range grew[c] {
+			grew[c][table] -= before[c][table]
+		}
 	}
-	return scans
+	return grew
 }
