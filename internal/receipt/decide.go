@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,144 +121,72 @@ type decision struct {
 	outboxKey string
 }
 
-// lockSteps lock the entities of evs (distinct entity keys) and read their context:
-// two statements for any number of events. views[i] is filled for evs[i] when they run.
-func (r *Recorder) lockSteps(evs []*Event, views []*entityView) []step {
-	// In key order, the order every transaction takes its locks in, so that concurrent
-	// groups never wait on each other in a cycle.
-	evs, views = slices.Clone(evs), slices.Clone(views)
-	sort.Sort(byEntityKey{evs, views})
-	keys := make([]string, len(evs))
-	ids := make([]string, len(evs))
-	for i, ev := range evs {
-		keys[i], ids[i] = ev.EntityKey, ev.ID
-	}
-	lockArgs := pgx.NamedArgs{"endpoint": r.key, "entity_keys": keys}
-	switch r.mode {
-	case managedCreate:
+// lockSteps lock ev's entity and read its context into view when they run.
+func (r *Recorder) lockSteps(ev *Event, view *entityView) []step {
+	lockArgs := r.entityArgs(ev.EntityKey)
+	if r.mode == managedCreate {
 		lockArgs["initial"] = r.ep.Machine.Initial()
-		// An entity's amount is the amount of an event that can start its history (a
+		// The entity's amount is the amount of an event that can start its history (a
 		// transition of its type leaves the initial state), never of whichever event
 		// arrived first: a partial refund delivered before the capture would otherwise
 		// fix the order's amount at the refund's and fail the capture's guard.
-		amounts := make([]*int64, len(evs))
-		for i, ev := range evs {
-			if r.ep.Machine.LeavesInitial(ev.Type) {
-				amounts[i] = ev.Amount
-			}
+		var amount *int64
+		if r.ep.Machine.LeavesInitial(ev.Type) {
+			amount = ev.Amount
 		}
-		lockArgs["amounts"] = amounts
-	case appTable:
-		for i, k := range keys {
-			lockArgs[fmt.Sprintf("app_key_%d", i+1)] = k
-		}
-		if tn := r.ep.Spec.Entity.Table.Tenant; tn != nil {
-			lockArgs["tenant"] = tn.Value
-		}
+		lockArgs["amount"] = amount
 	}
-	lock := step{sql: r.sql.lock.forN(len(evs)), args: lockArgs, read: func(br pgx.BatchResults) error {
-		if err := scanLock(br, keys, views); err != nil {
-			return fmt.Errorf("lock the entities of %s: %w", eventIDs(ids), err)
+	lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
+		if err := scanLock(br, view); err != nil {
+			return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
 		}
 		return nil
 	}}
-	ctxArgs := pgx.NamedArgs{"endpoint": r.key, "entity_keys": keys, "event_ids": ids}
+	ctxArgs := pgx.NamedArgs{"endpoint": r.key, "entity_key": ev.EntityKey, "event_id": ev.ID}
 	context := step{sql: r.sql.entityContext, args: ctxArgs, read: func(br pgx.BatchResults) error {
-		if err := r.scanContext(br, views); err != nil {
-			return fmt.Errorf("read the entities of %s: %w", eventIDs(ids), err)
+		var clock *time.Time
+		var parked []byte
+		if err := br.QueryRow().Scan(&view.seen, &clock, &parked); err != nil {
+			return fmt.Errorf("read the entity of event %s: %w", ev.ID, err)
+		}
+		if r.mode == appTable {
+			view.lastAt = clock
+		}
+		if parked != nil {
+			if err := json.Unmarshal(parked, &view.parked); err != nil {
+				return fmt.Errorf("read the parked events of entity %s: %w", ev.EntityKey, err)
+			}
 		}
 		return nil
 	}}
 	return []step{lock, context}
 }
 
-// byEntityKey sorts events, with their views, by entity key.
-type byEntityKey struct {
-	evs   []*Event
-	views []*entityView
-}
-
-func (b byEntityKey) Len() int           { return len(b.evs) }
-func (b byEntityKey) Less(i, j int) bool { return b.evs[i].EntityKey < b.evs[j].EntityKey }
-func (b byEntityKey) Swap(i, j int) {
-	b.evs[i], b.evs[j] = b.evs[j], b.evs[i]
-	b.views[i], b.views[j] = b.views[j], b.views[i]
-}
-
-// eventIDs names events in an error: "event X", or "events X, Y".
-func eventIDs(ids []string) string {
-	if len(ids) == 1 {
-		return "event " + ids[0]
-	}
-	return "events " + strings.Join(ids, ", ")
-}
-
-// scanLock reads the lock statement's result into views: no row for an entity that does
-// not exist, more than one is an error of the spec's key column.
-func scanLock(br pgx.BatchResults, keys []string, views []*entityView) error {
+// scanLock reads the lock statement's result: no row when the entity does not exist.
+func scanLock(br pgx.BatchResults, view *entityView) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	locked := make([]string, len(views)) // the row each member locked
+	n := 0
 	for rows.Next() {
-		var member int32
-		var row string
+		n++
 		var state *string
-		var v entityView
-		if err := rows.Scan(&member, &row, &v.found, &state, &v.amount, &v.lastAt, &v.created); err != nil {
+		if err := rows.Scan(&view.found, &state, &view.amount, &view.lastAt, &view.created); err != nil {
 			return err
 		}
-		if member < 1 || int(member) > len(views) {
-			return fmt.Errorf("the lock returned entity %d of %d", member, len(views))
-		}
-		i := member - 1
-		if locked[i] != "" {
-			return fmt.Errorf("entity key %q matches more than one row; the key column (with the tenant) must identify one row", keys[i])
-		}
-		if j := slices.Index(locked, row); j >= 0 {
-			return fmt.Errorf("entity keys %q and %q name one row", keys[j], keys[i])
-		}
-		locked[i] = row
 		if state != nil {
-			v.state = *state
+			view.state = *state
 		}
-		*views[i] = v
 	}
-	return rows.Err()
-}
-
-// scanContext reads the entity context statement's rows into views.
-func (r *Recorder) scanContext(br pgx.BatchResults, views []*entityView) error {
-	rows, err := br.Query()
-	if err != nil {
+	if err := rows.Err(); err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var member int
-		var seen bool
-		var clock *time.Time
-		var parked []byte
-		if err := rows.Scan(&member, &seen, &clock, &parked); err != nil {
-			return err
-		}
-		if member < 1 || member > len(views) {
-			return fmt.Errorf("the context returned entity %d of %d", member, len(views))
-		}
-		v := views[member-1]
-		v.seen = seen
-		if r.mode == appTable {
-			v.lastAt = clock
-		}
-		if parked != nil {
-			if err := json.Unmarshal(parked, &v.parked); err != nil {
-				return fmt.Errorf("read the parked events of entity %d: %w", member, err)
-			}
-		}
+	if n > 1 {
+		return fmt.Errorf("the entity key matches %d rows; the key column (with the tenant) must identify one row", n)
 	}
-	return rows.Err()
+	return nil
 }
 
 // planEntity decides the plan's primary event and the parked events it releases, and

@@ -1,9 +1,11 @@
 package receipt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,15 +19,14 @@ import (
 // network round trips, their syscalls on both sides), not by the rows. A group of n
 // events costs two round trips in all:
 //
-//	[BEGIN + one statement locking every member's entity, in key order
-//	       + one statement reading every member's context]
+//	[BEGIN + lock every member's entity, in entity-key order]
 //	decide each member with the state machine (Go)
 //	[each member's receipt-and-effects statement + COMMIT]
 //
 // Members of a group have distinct event ids and distinct entity keys, so each member's
 // decision depends only on its own locked row, exactly as if it ran alone; a delivery
-// that conflicts with a queued one waits for the next group. The lock statement takes
-// its rows in key order, so groups (and replicas) never wait on each other in a cycle.
+// that conflicts with a queued one waits for the next group. Locks are taken in key order
+// so groups (and replicas) never wait on each other in a cycle.
 //
 // Nothing is acknowledged before its group commits. A group that fails for any reason
 // is rolled back and each member then runs alone, so one member's failure (its own
@@ -326,34 +327,38 @@ func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
 // form (grouper.forming) until it holds its locks.
 const groupLockTimeout = "50ms"
 
-// recordGroup runs the group's transaction: two round trips for the whole group, and
-// one lock statement and one context statement for all its entities. The replies are
-// in group order; an error means nothing was committed.
+// recordGroup runs the group's transaction: two round trips for the whole group. The
+// replies are in group order; an error means nothing was committed.
 func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHeld func()) ([]groupReply, error) {
+	// Lock in entity-key order, so concurrent groups never wait on each other in a cycle.
+	order := make([]int, len(group))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(group[a].ev.EntityKey, group[b].ev.EntityKey) })
+
 	var replies []groupReply
 	var plans []*entityPlan
 	err := r.inTxWith(ctx, groupSettingsStep, func(tx *pipelinedTx) error {
 		replies = make([]groupReply, len(group))
 		plans = make([]*entityPlan, len(group))
 		views := make([]entityView, len(group))
-		var locked []*Event
-		var lockedViews []*entityView
-		for i, m := range group {
-			plans[i] = &entityPlan{primary: &candidate{ev: m.ev, live: m.live}}
-			if r.needsLock(&m.ev) {
-				locked = append(locked, &group[i].ev)
-				lockedViews = append(lockedViews, &views[i])
+		locks := 0
+		for _, i := range order {
+			plans[i] = &entityPlan{primary: &candidate{ev: group[i].ev, live: group[i].live}}
+			if r.needsLock(&group[i].ev) {
+				tx.queue(r.lockSteps(&group[i].ev, &views[i])...)
+				locks++
 			}
 		}
-		if len(locked) > 0 {
-			tx.queue(r.lockSteps(locked, lockedViews)...)
+		if locks > 0 {
 			if err := tx.send(ctx); err != nil {
 				return fmt.Errorf("lock entities of %d events: %w", len(group), err)
 			}
 		} // else nothing to lock: BEGIN rides with the inserts, one round trip in all.
 		lockHeld()
 
-		for i := range group {
+		for _, i := range order {
 			ev := &group[i].ev
 			if !r.needsLock(ev) {
 				tx.queue(r.writeStep(plans[i].primary, r.unlockedDecision(ev), false))

@@ -15,9 +15,9 @@ import (
 // (store.PlanOnIndexes says why): the tables are analyzed at 300 rows, the connection
 // makes its generic plans, the tables grow by 20,000 rows without an analyze, and not
 // one sequential scan may follow. This test fails without PlanOnIndexes. Nor may an
-// index scan read the entity table beyond the rows it locks and moves (a lock ordered
-// by an index it can only scan whole would read every entity of the endpoint), alone
-// or in a group.
+// index scan read the entity table beyond the rows it locks and moves, alone or in a
+// group (a set-based group lock tried for #16, ORDER BY the key, read every order of
+// the tenant through the tenant's index range: this bound caught it).
 func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -111,7 +111,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 				// The tables grow by 20,000 receipts behind the receiver's back, with no
 				// analyze, as during a busy endpoint's first minute.
 				bulk(f.exec, f.ep.Key(), 301, 20300)
-				// And as one group, with one statement locking all 8.
+				// And as one group.
 				group := make([]*groupMember, 8)
 				for i := range group {
 					key := fmt.Sprintf("later-%d", i)

@@ -353,7 +353,7 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 				continue
 			}
 			var view entityView
-			tx.queue(r.lockSteps([]*Event{ev}, []*entityView{&view})...)
+			tx.queue(r.lockSteps(ev, &view)...)
 			if err := tx.send(ctx); err != nil {
 				return err
 			}

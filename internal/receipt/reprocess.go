@@ -61,7 +61,7 @@ func (r *Recorder) Reprocess(ctx context.Context, receiptID int64) (Result, erro
 			}
 			// Entity first, then the receipt: the order every receipt transaction takes.
 			view = &entityView{}
-			tx.queue(r.lockSteps([]*Event{&ev}, []*entityView{view})...)
+			tx.queue(r.lockSteps(&ev, view)...)
 		}
 		// The receipt's row lock serialises concurrent replays of it.
 		var again storedEvent

@@ -2,8 +2,6 @@ package receipt
 
 import (
 	"fmt"
-	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,21 +16,17 @@ import (
 // `receipt` (the receipt row written), `moved` (the entity row the transition moved),
 // `clock` (the app-table entity's last applied event time), `effect` (the outbox row).
 type statements struct {
-	// lock locks the entity rows of n events with distinct entity keys in one
-	// statement, in the order of the keys (FOR UPDATE; managedCreate inserts a missing
-	// one in stateMachine.initial first), and returns a row (member, row, found, state,
-	// amount, last_event_at, created) per entity that exists: member is the event's
-	// position, from 1, in @entity_keys (app tables: its @app_key_<member>, compared as
-	// the key column's type), row names the row locked (two spellings of one key of a
-	// non-text column name one row). App tables return a NULL last_event_at: their
-	// clock is read by entityContext.
-	lock *lockTexts
-	// lockExisting locks one entity that exists (expiry): no insert, no member column.
+	// lock locks the entity row (FOR UPDATE; managedCreate inserts it in
+	// stateMachine.initial first) and returns (found, state, amount, last_event_at,
+	// created), or no row when there is no entity. App tables return a NULL
+	// last_event_at: their clock is read by entityContext.
+	lock string
+	// lockExisting is lock without managedCreate's insert (expiry locks only entities
+	// that exist).
 	lockExisting string
 	// entityContext runs after lock, in its own snapshot, so it sees everything
-	// committed before the lock was granted. A row per event of @event_ids (with its
-	// entity in @entity_keys): (member, seen: the event is recorded already, the
-	// app-table clock, the entity's parked events in provider order).
+	// committed before the lock was granted: whether @event_id is recorded already
+	// (seen), the app-table clock, and the entity's parked events in provider order.
 	entityContext string
 	// insertApplied inserts a receipt as applied (ON CONFLICT (endpoint, event_id) DO
 	// NOTHING) and, only when the row was inserted, moves the entity (guarded by the
@@ -90,75 +84,50 @@ func buildStatements(ep *config.Endpoint) (statements, mode) {
 	var s statements
 
 	// Locking.
-	s.lockExisting = fmt.Sprintf(`SELECT 1 FROM %s
+	managedLock := fmt.Sprintf(`SELECT true, state, amount, last_event_at, false FROM %s
 WHERE endpoint = @endpoint AND entity_key = @entity_key FOR UPDATE`, t.Entities)
-	// Every lock statement locks its rows in the order of @entity_keys (lockSteps sorts
-	// them), one index lookup per key, with no sort: an ORDER BY that an index can serve
-	// would, with enable_sort off, read every entity of the endpoint (or the tenant) in
-	// index order, and a plan made on a small table would keep doing so.
 	switch m {
 	case managed:
-		// The lateral subquery runs once per key, in @entity_keys' order.
-		s.lock = sameLockText(fmt.Sprintf(`SELECT u.n::int, e.entity_key, true, e.state, e.amount, e.last_event_at, false
-FROM unnest(@entity_keys::text[]) WITH ORDINALITY AS u(k, n)
-CROSS JOIN LATERAL (SELECT * FROM %s
-  WHERE endpoint = @endpoint AND entity_key = u.k FOR UPDATE) AS e`, t.Entities))
+		s.lock = managedLock
 	case managedCreate:
 		// The DO UPDATE locks an existing row and returns it; xmax = 0 tells a row this
 		// statement created. Concurrent creators of one entity serialise on the primary
-		// key, never on a prior SELECT. @amounts holds the amount of an event that can
-		// start the entity's history (lockSteps), else NULL; an entity created without
-		// one (a refund parked before its capture) takes the first such event's amount
-		// while it is still in the initial state.
-		s.lock = sameLockText(fmt.Sprintf(`INSERT INTO %s AS e (endpoint, entity_key, state, amount)
-SELECT @endpoint, u.k, @initial, u.a
-FROM unnest(@entity_keys::text[], @amounts::bigint[]) WITH ORDINALITY AS u(k, a, n) ORDER BY u.n
+		// key, never on a prior SELECT. @amount is set only by an event that can start
+		// the entity's history (lockSteps); an entity created without one (a refund
+		// parked before its capture) takes the first such event's amount while it is
+		// still in the initial state.
+		s.lock = fmt.Sprintf(`INSERT INTO %s AS e (endpoint, entity_key, state, amount)
+VALUES (@endpoint, @entity_key, @initial, @amount)
 ON CONFLICT (endpoint, entity_key) DO UPDATE
   SET amount = CASE WHEN e.amount IS NULL AND e.state = @initial THEN EXCLUDED.amount ELSE e.amount END
-RETURNING array_position(@entity_keys::text[], e.entity_key), e.entity_key, true, e.state, e.amount,
-  e.last_event_at, (e.xmax = 0)`, t.Entities))
+RETURNING true, e.state, e.amount, e.last_event_at, (e.xmax = 0)`, t.Entities)
 	case appTable:
-		// The keys are n parameters, @app_key_1..n, typed as the key column whatever its
-		// type (the CASE takes it from its last branch, a typed NULL), so one statement
-		// text per group size. The lateral subquery runs once per member, in order.
 		q := appQuoted(ep)
 		amount := "NULL::bigint"
 		if q.amount != "" {
 			amount = fmt.Sprintf("a.%s::bigint", q.amount)
 		}
-		s.lock = &lockTexts{build: func(n int) string {
-			var members, keys strings.Builder
-			for i := 1; i <= n; i++ {
-				if i > 1 {
-					members.WriteString(", ")
-				}
-				fmt.Fprintf(&members, "(%d)", i)
-				fmt.Fprintf(&keys, " WHEN %d THEN @app_key_%d", i, i)
-			}
-			key := fmt.Sprintf("CASE u.n%s ELSE (SELECT x.%s FROM %s x WHERE false) END", keys.String(), q.key, q.table)
-			return fmt.Sprintf(`SELECT u.n, a.row, true, a.state, a.amount, NULL::timestamptz, false
-FROM (VALUES %s) AS u(n)
-CROSS JOIN LATERAL (SELECT a.ctid::text AS row, a.%s::text AS state, %s AS amount
-  FROM %s a WHERE %s FOR UPDATE OF a) AS a`, members.String(), q.state, amount,
-				q.table, q.withTenant("a", fmt.Sprintf("a.%s = %s", q.key, key)))
-		}}
-		s.lockExisting = fmt.Sprintf(`SELECT 1 FROM %s a WHERE %s FOR UPDATE OF a`, q.table, q.where("a"))
+		s.lock = fmt.Sprintf(`SELECT true, a.%s::text, %s, NULL::timestamptz, false
+FROM %s a WHERE %s FOR UPDATE OF a`, q.state, amount, q.table, q.where("a"))
+	}
+	s.lockExisting = s.lock
+	if m == managedCreate {
+		s.lockExisting = managedLock
 	}
 
 	clock := "NULL::timestamptz"
 	if m == appTable {
-		clock = fmt.Sprintf(`(SELECT last_event_at FROM %s WHERE endpoint = @endpoint AND entity_key = u.k)`, t.EntityClocks)
+		clock = fmt.Sprintf(`(SELECT last_event_at FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key)`, t.EntityClocks)
 	}
-	s.entityContext = fmt.Sprintf(`SELECT u.n,
-  EXISTS (SELECT 1 FROM %[1]s WHERE endpoint = @endpoint AND event_id = u.id) AS seen,
+	s.entityContext = fmt.Sprintf(`SELECT
+  EXISTS (SELECT 1 FROM %[1]s WHERE endpoint = @endpoint AND event_id = @event_id) AS seen,
   %[2]s AS last_event_at,
   (SELECT jsonb_agg(jsonb_build_object(
       'id', p.id, 'eventId', p.event_id, 'type', p.event_type, 'payload', p.payload,
       'headers', p.headers, 'occurredAt', p.occurred_at, 'amount', p.amount)
     ORDER BY p.occurred_at, p.received_at, p.id)
    FROM %[1]s p
-   WHERE p.endpoint = @endpoint AND p.entity_key = u.k AND p.outcome = 'parked') AS parked
-FROM unnest(@entity_keys::text[], @event_ids::text[]) WITH ORDINALITY AS u(k, id, n)`, t.Events, clock)
+   WHERE p.endpoint = @endpoint AND p.entity_key = @entity_key AND p.outcome = 'parked') AS parked`, t.Events, clock)
 
 	// Writing a new receipt.
 	insertReceipt := fmt.Sprintf(`INSERT INTO %s
@@ -263,34 +232,11 @@ type quotedTable struct {
 
 // where is the app row's key (and tenant) condition on alias.
 func (q quotedTable) where(alias string) string {
-	return q.withTenant(alias, fmt.Sprintf("%s.%s = @app_key", alias, q.key))
-}
-
-func (q quotedTable) withTenant(alias, cond string) string {
+	w := fmt.Sprintf("%s.%s = @app_key", alias, q.key)
 	if q.tenant != "" {
-		cond += fmt.Sprintf(" AND %s.%s = @tenant", alias, q.tenant)
+		w += fmt.Sprintf(" AND %s.%s = @tenant", alias, q.tenant)
 	}
-	return cond
-}
-
-// lockTexts is the lock statement's text for n entities, built once per n.
-type lockTexts struct {
-	build func(n int) string
-	texts sync.Map // n -> string
-}
-
-// sameLockText is a lock statement whose text is the same for every n.
-func sameLockText(sql string) *lockTexts {
-	return &lockTexts{build: func(int) string { return sql }}
-}
-
-func (l *lockTexts) forN(n int) string {
-	if t, ok := l.texts.Load(n); ok {
-		return t.(string)
-	}
-	t := l.build(n)
-	l.texts.Store(n, t)
-	return t
+	return w
 }
 
 func appQuoted(ep *config.Endpoint) quotedTable {

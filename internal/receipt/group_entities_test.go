@@ -24,10 +24,11 @@ func recordOneGroup(t *testing.T, f *fixture, evs ...Event) []groupReply {
 	return replies
 }
 
-// One lock statement and one context statement serve a whole group, in every entity
-// mode: each member gets its own entity's state, amount, clock and parked events, and a
-// member whose entity is missing is unmatched (or created) alone.
-func TestGroupLocksEveryEntityInOneStatement(t *testing.T) {
+// A group decides each member on its own entity, in every entity mode: each member
+// gets its own entity's state, amount, clock, parked events and seen flag, and a member
+// whose entity is missing is unmatched (or created) alone. The group runs without the
+// fallback that would otherwise hide a failure of its own statements.
+func TestGroupDecidesEachMemberOnItsOwnEntity(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
@@ -61,7 +62,7 @@ func TestGroupLocksEveryEntityInOneStatement(t *testing.T) {
 			// A copy of a recorded event rides in the group as a duplicate.
 			f.record(ev("evt_seen", "payment_intent.succeeded", "o-seen", 100, t0))
 
-			// Members in an order other than their keys': the statements sort them.
+			// Members in an order other than their keys': the locks are taken sorted.
 			replies := recordOneGroup(t, f,
 				ev("evt_refund", "charge.refunded", "o-paid", 0, t0),
 				ev("evt_missing", "payment_intent.succeeded", "o-missing", 100, t0),
@@ -103,9 +104,10 @@ func TestGroupLocksEveryEntityInOneStatement(t *testing.T) {
 }
 
 // Two spellings of one key of a non-text key column (7 and 07 of a bigint) name one
-// row. In one group they would both decide on its state: the lock refuses the group,
-// and each member then runs alone, one after the other.
-func TestGroupRefusesTwoSpellingsOfOneKey(t *testing.T) {
+// row. In one group both would decide on its state and both apply: the second guarded
+// update finds the row moved, the group fails as a whole, and each member then runs
+// alone, one after the other: one applies, the other finds the state it needs gone.
+func TestGroupNeverAppliesTwoSpellingsOfOneKeyTwice(t *testing.T) {
 	t.Parallel()
 	table := &v1alpha1.EntityTableSpec{Schema: "public", Name: "numbered", KeyColumn: "n", StateColumn: "status"}
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, table),
@@ -115,8 +117,8 @@ func TestGroupRefusesTwoSpellingsOfOneKey(t *testing.T) {
 		member(f.ctx, ev("evt_a", "charge.refunded", "7", 0, t0)),
 		member(f.ctx, ev("evt_b", "charge.refunded", "07", 0, t0)),
 	}
-	if _, err := f.rec.recordGroup(f.ctx, group, func() {}); err == nil || !strings.Contains(err.Error(), "name one row") {
-		t.Fatalf("recordGroup: %v, want the two spellings refused", err)
+	if _, err := f.rec.recordGroup(f.ctx, group, func() {}); err == nil || !strings.Contains(err.Error(), "state changed during the transaction") {
+		t.Fatalf("recordGroup: %v, want the second move refused", err)
 	}
 	f.rec.group.run(group, func() {})
 	outcomes := map[Outcome]int{}
@@ -132,5 +134,8 @@ func TestGroupRefusesTwoSpellingsOfOneKey(t *testing.T) {
 	}
 	if got := f.str(`SELECT status FROM public.numbered WHERE n = 7`); got != "refunded" {
 		t.Fatalf("row 7 = %s, want refunded", got)
+	}
+	if got := f.rows.Outbox(t); got != 1 {
+		t.Fatalf("outbox rows = %d, want 1", got)
 	}
 }
