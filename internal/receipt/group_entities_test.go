@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -8,16 +9,16 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
-// recordOneGroup runs evs as one group transaction, with no fallback: an error of the
-// group's own statements fails the test instead of being hidden by each member then
-// running alone.
-func recordOneGroup(t *testing.T, f *fixture, evs ...Event) []groupReply {
+// recordOneGroup runs evs as one group transaction of rec, with no fallback: an error
+// of the group's own statements fails the test instead of being hidden by each member
+// then running alone.
+func recordOneGroup(t *testing.T, ctx context.Context, rec *Recorder, evs ...Event) []groupReply {
 	t.Helper()
 	group := make([]*groupMember, len(evs))
 	for i, e := range evs {
-		group[i] = member(f.ctx, e)
+		group[i] = member(ctx, e)
 	}
-	replies, err := f.rec.recordGroup(f.ctx, group, func() {})
+	replies, err := rec.recordGroup(ctx, group, func() {})
 	if err != nil {
 		t.Fatalf("the group of %d did not commit: %v", len(evs), err)
 	}
@@ -63,7 +64,7 @@ func TestGroupDecidesEachMemberOnItsOwnEntity(t *testing.T) {
 			f.record(ev("evt_seen", "payment_intent.succeeded", "o-seen", 100, t0))
 
 			// Members in an order other than their keys': the locks are taken sorted.
-			replies := recordOneGroup(t, f,
+			replies := recordOneGroup(t, f.ctx, f.rec,
 				ev("evt_refund", "charge.refunded", "o-paid", 0, t0),
 				ev("evt_missing", "payment_intent.succeeded", "o-missing", 100, t0),
 				ev("evt_capture", "payment_intent.succeeded", "o-pending", 100, t0),
