@@ -70,6 +70,10 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if err := addOrders(ctx, db, "pg-", 1, pgbenchOrders+1); err != nil {
 		return nil, err
 	}
+	statements := enableStatements(ctx, db)
+	if !statements {
+		env.Log.Printf("receiver: pg_stat_statements is not loaded by this server: no statement diagnostic (docs/benchmarks.md)")
+	}
 
 	var addrs [3]string
 	for i := range addrs {
@@ -213,6 +217,12 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 				if err != nil {
 					return nil, err
 				}
+				var stmtBefore statementStats
+				if statements {
+					if stmtBefore, err = readStatements(ctx, db); err != nil {
+						return nil, err
+					}
+				}
 				if rxRound, err = closed(rx, name, c, slice); err != nil {
 					return nil, err
 				}
@@ -221,6 +231,13 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 					return nil, err
 				}
 				lv.groups = lv.groups.add(after.sub(before))
+				if statements {
+					stmtAfter, err := readStatements(ctx, db)
+					if err != nil {
+						return nil, err
+					}
+					lv.statements = lv.statements.add(stmtBefore, stmtAfter)
+				}
 			}
 			lv.rounds = append(lv.rounds, fmt.Sprintf("%.2f", rxRound.acceptedPerSec()/pgRound.TPS))
 			lv.hwRounds = append(lv.hwRounds, fmt.Sprintf("%.2f", rxRound.acceptedPerSec()/hwRound.acceptedPerSec()))
@@ -325,6 +342,10 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 			Row{Measure: "  deliveries per receipt transaction, " + c + " in flight", Value: fmt.Sprintf("%.1f", lv.groups.mean()),
 				Note: fmt.Sprintf("group commit: %.0f transactions for %.0f deliveries", lv.groups.count, lv.groups.sum)},
 		)
+		if per := lv.statements.perEvent(lv.rx.accepted); per != "" {
+			rows = append(rows, Row{Measure: "  diagnostic: receiver's statement time per event, " + c + " in flight", Value: per,
+				Note: "pg_stat_statements execution time, per accepted delivery"})
+		}
 	}
 	pgBest, hwBest := levels[0], levels[0]
 	for _, lv := range levels[1:] {
@@ -386,8 +407,9 @@ type levelResult struct {
 	rx          phaseResult
 	hw          phaseResult
 	groups      groupStats
-	rounds      []string // the receiver/pgbench ratio of each round
-	hwRounds    []string // the receiver/hand-written ratio of each round
+	statements  statementStats // the receiver's slices, when pg_stat_statements is loaded
+	rounds      []string       // the receiver/pgbench ratio of each round
+	hwRounds    []string       // the receiver/hand-written ratio of each round
 }
 
 // phaseResult summarizes one attack.
