@@ -38,6 +38,10 @@ type Env struct {
 	Phase time.Duration
 	// ReceiverArgs are extra flags for `hookkeeper receiver` (e.g. --log-level=error).
 	ReceiverArgs []string
+	// ReceiverSetupSQL, when set, runs in the receiver suite's database after its
+	// migrations and before any load: an experiment on the schema (an index dropped, a
+	// setting changed) measured against the same suite without it.
+	ReceiverSetupSQL string
 	// ReceiverGoMaxProcs is the receiver's GOMAXPROCS (podGoMaxProcs by default); 0
 	// leaves Go's default, the machine's cores.
 	ReceiverGoMaxProcs int

@@ -34,6 +34,7 @@ func main() {
 		concurrency = flag.String("concurrency", "1,4,8,16,32,64", "comma-separated requests (and pgbench clients) in flight at once: the receiver suite measures each")
 		phase       = flag.Duration("phase", 15*time.Second, "length of one measured phase")
 		extraArgs   = flag.String("receiver-args", "", "extra space-separated flags for `hookkeeper receiver`, e.g. --log-level=error")
+		setupSQL    = flag.String("receiver-database-setup", "", "SQL run in the receiver suite's database after its migrations, before any load: for experiments, e.g. dropping an index to measure what it costs")
 		goMaxProcs  = flag.Int("receiver-gomaxprocs", podGoMaxProcs(), "GOMAXPROCS of the receiver, as a receiver pod with the default resources gets it (its CPU request, rounded up to whole CPUs); 0 for Go's default, the machine's cores")
 		handwritten = flag.String("handwritten", "", "path of the built hand-written handler (./test/bench/handwritten); empty: go build it into a temporary directory")
 		chart       = flag.String("chart", "bin/bench.svg", "where the receiver suite writes its SVG chart; empty for none")
@@ -80,6 +81,7 @@ func main() {
 		Concurrency:        levels,
 		Phase:              *phase,
 		ReceiverArgs:       strings.Fields(*extraArgs),
+		ReceiverSetupSQL:   *setupSQL,
 		ReceiverGoMaxProcs: *goMaxProcs,
 		Handwritten:        *handwritten,
 		Chart:              *chart,

@@ -66,6 +66,12 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if _, err := db.Exec(ctx, seedTables); err != nil {
 		return nil, fmt.Errorf("create seed tables: %w", err)
 	}
+	if env.ReceiverSetupSQL != "" {
+		env.Log.Printf("receiver: database setup: %s", env.ReceiverSetupSQL)
+		if _, err := db.Exec(ctx, env.ReceiverSetupSQL); err != nil {
+			return nil, fmt.Errorf("receiver database setup: %w", err)
+		}
+	}
 
 	if err := addOrders(ctx, db, "pg-", 1, pgbenchOrders+1); err != nil {
 		return nil, err
