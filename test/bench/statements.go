@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -79,7 +80,8 @@ func (s statementStats) add(before, after statementStats) statementStats {
 	return s
 }
 
-// perEvent lists the statements that ran at least once per ten events, most time first:
+// perEvent lists the statements that ran at least once per ten events, most time first,
+// after "all <µs per event>", their sum (the suite's own rare reads are left out):
 // "<name> <µs per event> (<calls per event>×, <WAL bytes per event> B WAL)".
 func (s statementStats) perEvent(events int) string {
 	if events == 0 || len(s) == 0 {
@@ -98,7 +100,7 @@ func (s statementStats) perEvent(events int) string {
 		lines = append(lines, line{statementName(q), c})
 		total += c.exec
 	}
-	slices.SortFunc(lines, func(a, b line) int { return int(b.c.exec - a.c.exec) })
+	slices.SortFunc(lines, func(a, b line) int { return cmp.Compare(b.c.exec, a.c.exec) })
 	n := time.Duration(events)
 	parts := []string{"all " + us(total/n)}
 	for _, l := range lines {
