@@ -3,11 +3,14 @@ package dataplanecmd
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -38,6 +41,7 @@ type receiverFlags struct {
 	drainDelay        time.Duration
 	shutdownTimeout   time.Duration
 	cpuProfile        string
+	executionTrace    string
 	retentionInterval time.Duration
 	// terminationPath is where a failed run writes why (addTerminationFlag).
 	terminationPath string
@@ -112,6 +116,7 @@ without a restart, and lists them on the admin port at GET /endpoints.`,
 		"open the receipt transactions beyond the first only for deliveries queued this long behind the running one; 0 opens them at once")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
+	fl.StringVar(&f.executionTrace, "execution-trace", "", "write a Go execution trace of the whole run to this file (for go tool trace: where goroutines wait; off by default; about 250 KB per thousand webhooks)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
 	fl.IntVar(&f.poolMaxInFlight, "pool-max-in-flight", v1alpha1.DefaultMaxInFlight,
 		"with --endpoints-dir: webhook requests the whole process handles at once, all endpoints together, before the rest get 503 with Retry-After")
@@ -141,13 +146,11 @@ func runReceiver(parent context.Context, f receiverFlags) error {
 	defer func() { _ = zl.Sync() }()
 	log := zapr.NewLogger(zl)
 
-	if f.cpuProfile != "" {
-		stopProfile, err := startCPUProfile(f.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer stopProfile()
+	stopDiagnostics, err := startDiagnostics(f.cpuProfile, f.executionTrace)
+	if err != nil {
+		return err
 	}
+	defer stopDiagnostics()
 
 	if parent == nil {
 		parent = context.Background()
@@ -302,21 +305,40 @@ func newReceiverZap(level string) (*zap.Logger, error) {
 	return zl, nil
 }
 
-// startCPUProfile profiles the process into path until the returned function runs. A
-// file, not an HTTP endpoint, so profiling opens no port.
-func startCPUProfile(path string) (func(), error) {
-	out, err := os.Create(path) //nolint:gosec // the operator's own flag names the file
-	if err != nil {
-		return nil, fmt.Errorf("--cpu-profile: %w", err)
+// startDiagnostics writes a CPU profile to cpuProfile and an execution trace to
+// executionTrace (each when named) until the returned function runs. Files, not HTTP
+// endpoints, so diagnosing opens no port.
+func startDiagnostics(cpuProfile, executionTrace string) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
 	}
-	if err := pprof.StartCPUProfile(out); err != nil {
-		_ = out.Close()
-		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	start := func(flag, path string, begin func(io.Writer) error, end func()) error {
+		out, err := os.Create(path) //nolint:gosec // the operator's own flag names the file
+		if err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+		if err := begin(out); err != nil {
+			_ = out.Close()
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+		stops = append(stops, func() { end(); _ = out.Close() })
+		return nil
 	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = out.Close()
-	}, nil
+	if cpuProfile != "" {
+		if err := start("--cpu-profile", cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile); err != nil {
+			return nil, err
+		}
+	}
+	if executionTrace != "" {
+		if err := start("--execution-trace", executionTrace, trace.Start, trace.Stop); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return stop, nil
 }
 
 // parkingInterval is how often a receiver expires parked events past parkFor and

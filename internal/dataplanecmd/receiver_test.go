@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -114,10 +116,58 @@ func TestReceiverCommandRejectsBadSetup(t *testing.T) {
 		"negative group":     {[]string{"--group-commit-max-events=-1"}, "--group-commit-max-events"},
 		"negative overflow":  {[]string{"--group-commit-overflow-after=-1ms"}, "--group-commit-overflow-after"},
 		"negative in flight": {[]string{"--max-in-flight=-1"}, "--max-in-flight"},
+		"unwritable profile": {[]string{"--cpu-profile", "/nonexistent-dir/cpu.pprof"}, "--cpu-profile"},
+		"unwritable trace":   {[]string{"--execution-trace", "/nonexistent-dir/run.trace"}, "--execution-trace"},
 	} {
 		err := receiverCommand(tc.args...)(context.Background())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %s", name, err, tc.want)
 		}
+	}
+}
+
+// TestReceiverCommandWritesDiagnostics runs the receiver with --cpu-profile and
+// --execution-trace through one webhook and a shutdown: both files are complete (a
+// gzipped profile, a trace with Go's header) once the command returns, and the webhook
+// is answered as without them.
+func TestReceiverCommandWritesDiagnostics(t *testing.T) {
+	dbURL := testsupport.MigratedDatabase(t, testsupport.StripeEndpointSchema)
+	const secret = "whsec_diagnostics_test"
+	t.Setenv(config.EnvDatabaseURL, dbURL)
+	t.Setenv(config.EnvSigningSecretPrefix+"0", secret)
+	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
+	dir := t.TempDir()
+	profile, execTrace := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "run.trace")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	receiver := testsupport.Run(t, ctx, "receiver", 20*time.Second, receiverCommand(
+		"--endpoint", testsupport.StripeEndpointFile(t, "http://127.0.0.1:9/"),
+		"--listen-address", webhookAddr, "--admin-address", adminAddr,
+		"--dispatcher=false", "--log-level", "error",
+		"--cpu-profile", profile, "--execution-trace", execTrace))
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
+
+	body := demo.StripeEvent("evt_diag_1", "payment_intent.succeeded", "ord-diag", 4200, time.Now())
+	if status, err := demo.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body); err != nil || status != http.StatusOK {
+		t.Fatalf("webhook: %d (%v), want 200", status, err)
+	}
+	if err := receiver.Stop(t); err != nil {
+		t.Fatalf("receiver stopped with %v", err)
+	}
+
+	p, err := os.ReadFile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p) < 64 || p[0] != 0x1f || p[1] != 0x8b {
+		t.Errorf("--cpu-profile wrote %d bytes that are not a gzipped profile", len(p))
+	}
+	tr, err := os.ReadFile(execTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if header, _, _ := bytes.Cut(tr, []byte{0}); !bytes.HasPrefix(header, []byte("go 1.")) || !bytes.HasSuffix(header, []byte(" trace")) || len(tr) < 1024 {
+		t.Errorf("--execution-trace wrote %d bytes without a Go trace header (%q)", len(tr), header)
 	}
 }
