@@ -116,7 +116,7 @@ without a restart, and lists them on the admin port at GET /endpoints.`,
 		"open the receipt transactions beyond the first only for deliveries queued this long behind the running one; 0 opens them at once")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
-	fl.StringVar(&f.executionTrace, "execution-trace", "", "write a Go execution trace of the whole run to this file (for go tool trace: where goroutines wait; off by default; about 250 KB per thousand webhooks)")
+	fl.StringVar(&f.executionTrace, "execution-trace", "", "write a Go execution trace of the whole run to this file (for go tool trace: where goroutines wait; off by default; about 200–250 KB per thousand webhooks)")
 	fl.DurationVar(&f.retentionInterval, "retention-interval", retention.DefaultInterval, "how often to prune what spec.retention says is too old (one replica at a time)")
 	fl.IntVar(&f.poolMaxInFlight, "pool-max-in-flight", v1alpha1.DefaultMaxInFlight,
 		"with --endpoints-dir: webhook requests the whole process handles at once, all endpoints together, before the rest get 503 with Retry-After")
