@@ -146,34 +146,10 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 		}
 	}
 
-	stop := make(chan struct{})
-	acked := make(chan struct{}, 1)
-	var killed atomic.Int64
-	var killer sync.WaitGroup
+	// A nil killer (the runs that kill nothing) does nothing.
+	var killer *testsupport.SessionKiller
 	if kill {
-		killer.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(time.Duration(1+rand.IntN(3)) * time.Millisecond):
-				}
-				var n int64
-				_ = checker.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-					WHERE application_name = $1 AND state <> 'idle' ORDER BY random() LIMIT 1) x`, victim).Scan(&n)
-				if n == 0 {
-					continue
-				}
-				killed.Add(n)
-				// One more acknowledgement before the next kill: progress, whatever the
-				// machine's speed.
-				select {
-				case <-stop:
-					return
-				case <-acked:
-				}
-			}
-		})
+		killer = testsupport.KillSessions(ctx, checker, victim)
 	}
 
 	groupsBefore, alonesBefore := groupSizes(t)
@@ -205,15 +181,12 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 						} else if !stored {
 							errs <- fmt.Errorf("%s answered %d but not stored", d.id, status)
 						}
-						select {
-						case acked <- struct{}{}:
-						default:
-						}
+						killer.Progress()
 						break
 					}
 					refused.Add(1)
 					if ctx.Err() != nil || time.Now().After(deadline) {
-						errs <- fmt.Errorf("%s never acknowledged: %d, %v", d.id, status, err)
+						errs <- fmt.Errorf("%s never acknowledged: %d, %s", d.id, status, fmt.Sprint(err))
 						break
 					}
 					select {
@@ -229,8 +202,7 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 	}
 	close(work)
 	wg.Wait()
-	close(stop)
-	killer.Wait()
+	killed := killer.Stop()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -238,11 +210,11 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 	groups, alones := groupSizes(t)
 	groups, alones = groups-groupsBefore, alones-alonesBefore
 	t.Logf("%d deliveries by %d senders, %d answers not 2xx (retried), %d sessions terminated; %d receipt transactions, %d of them alone",
-		len(deliveries), senders, refused.Load(), killed.Load(), groups, alones)
+		len(deliveries), senders, refused.Load(), killed, groups, alones)
 	if groups == alones {
 		t.Error("no receipt transaction was shared: the run formed no group")
 	}
-	if kill && killed.Load() == 0 {
+	if kill && killed == 0 {
 		t.Error("no session was terminated: the run crashed nothing")
 	}
 	if hangUp && refused.Load() == 0 {

@@ -134,7 +134,7 @@ END $$`, holdKey))
 	testsupport.Eventually(t, 15*time.Second, 2*time.Millisecond, "every copy to wait for the entity's lock", func() error {
 		select {
 		case a := <-answers:
-			return testsupport.Final(fmt.Errorf("%s answered while the original was uncommitted: %+v, %v", a.who, a.res, a.err))
+			return testsupport.Final(fmt.Errorf("%s answered while the original was uncommitted: %+v, %s", a.who, a.res, fmt.Sprint(a.err)))
 		default:
 		}
 		if n := waiting("transactionid") + waiting("tuple"); n != copies {

@@ -3,7 +3,6 @@ package receipt
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 // Crashes in the middle: while two replicas (group commit on) record every event of 40
@@ -50,40 +50,7 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	}
 	rng.Shuffle(len(deliveries), func(a, b int) { deliveries[a], deliveries[b] = deliveries[b], deliveries[a] })
 
-	// The killer strikes every millisecond or three, but after each kill it waits for one
-	// more acknowledgement: on a loaded machine, where a transaction takes longer than
-	// the pause, a killer on a clock alone would end every transaction and the test
-	// would measure the machine, not the Recorder.
-	stop := make(chan struct{})
-	acked := make(chan struct{}, 1)
-	var killed atomic.Int64
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(1+rand.IntN(3)) * time.Millisecond):
-			}
-			select {
-			case <-acked:
-			default:
-			}
-			var n int64
-			_ = f.pool.QueryRow(f.ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE application_name = 'receipt-crash-victim' AND state <> 'idle' ORDER BY random() LIMIT 1) x`).Scan(&n)
-			if n == 0 {
-				continue
-			}
-			killed.Add(n)
-			select {
-			case <-stop:
-				return
-			case <-acked:
-			}
-		}
-	})
-
+	killer := testsupport.KillSessions(f.ctx, f.pool, "receipt-crash-victim")
 	var failures atomic.Int64
 	for _, err := range fanOut(deliveries, 10, func(w int, e Event) error {
 		// A provider retries until it gets an answer, pausing a little between attempts.
@@ -93,10 +60,7 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 		for {
 			_, err := replicas[w%2].Record(f.ctx, e)
 			if err == nil {
-				select {
-				case acked <- struct{}{}:
-				default:
-				}
+				killer.Progress()
 				return nil
 			}
 			failures.Add(1)
@@ -111,10 +75,9 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	}) {
 		t.Error(err)
 	}
-	close(stop)
-	killer.Wait()
-	t.Logf("%d deliveries, %d sessions terminated, %d failed attempts retried", len(deliveries), killed.Load(), failures.Load())
-	if killed.Load() == 0 {
+	killed := killer.Stop()
+	t.Logf("%d deliveries, %d sessions terminated, %d failed attempts retried", len(deliveries), killed, failures.Load())
+	if killed == 0 {
 		t.Error("no session was terminated: the run crashed nothing")
 	}
 
