@@ -68,13 +68,19 @@ func StripeSignature(secret string, body []byte, t time.Time) string {
 
 // PostStripe sends a signed Stripe webhook and returns the HTTP status.
 func PostStripe(ctx context.Context, url, secret string, body []byte) (int, error) {
+	return PostStripeWith(ctx, demoClient, url, secret, body)
+}
+
+// PostStripeWith is PostStripe on client, for a caller that manages its connections
+// (closes the idle ones before stopping the receiver it sends to).
+func PostStripeWith(ctx context.Context, client *http.Client, url, secret string, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Stripe-Signature", StripeSignature(secret, body, time.Now()))
-	resp, err := demoClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("post webhook: %w", err)
 	}

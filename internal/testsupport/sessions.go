@@ -24,8 +24,9 @@ type SessionKiller struct {
 	killed   atomic.Int64
 }
 
-// KillSessions starts a SessionKiller on the sessions whose application_name is
-// application, using db (which it must not share with the sessions it kills).
+// KillSessions starts a SessionKiller on the sessions of db's database whose
+// application_name is application, using db (which it must not share with the sessions
+// it kills).
 func KillSessions(ctx context.Context, db *pgxpool.Pool, application string) *SessionKiller {
 	k := &SessionKiller{progress: make(chan struct{}, 1), stop: make(chan struct{})}
 	k.done.Go(func() {
@@ -41,7 +42,7 @@ func KillSessions(ctx context.Context, db *pgxpool.Pool, application string) *Se
 			}
 			var n int64
 			_ = db.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE application_name = $1 AND state <> 'idle' ORDER BY random() LIMIT 1) x`, application).Scan(&n)
+				WHERE datname = current_database() AND application_name = $1 AND state <> 'idle' ORDER BY random() LIMIT 1) x`, application).Scan(&n)
 			if n == 0 {
 				continue
 			}
