@@ -8,55 +8,62 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
 
-// StripeEndpointSchema is the database schema of StripeEndpointManifest.
+// StripeEndpointSchema is the database schema of StripeEndpoint.
 const StripeEndpointSchema = "hookkeeper"
 
-// stripeEndpoint is the WebhookEndpoint of tests that run the receiver as the operator
-// does: Stripe, the signing secret in Secret stripe-webhook key current, the database
-// URL in Secret shop-db key uri, one managed entity per metadata.client_txn_id (the key
-// demo.StripeEvent writes) that payment_intent.succeeded moves from
-// payment_pending to paid, emitting order.paid to the sink; served at /stripe.
-const stripeEndpoint = `apiVersion: hookkeeper.dev/v1alpha1
-kind: WebhookEndpoint
-metadata: {name: payments, namespace: shop}
-spec:
-  provider: {type: Stripe}
-  signingSecrets:
-  - secretKeyRef: {name: stripe-webhook, key: current}
-  event:
-    entityKey: body.data.object.metadata.client_txn_id
-  database:
-    urlSecretRef: {name: shop-db, key: uri}
-    schema: ` + StripeEndpointSchema + `
-  entity: {onUnmatched: Create}
-  stateMachine:
-    initial: payment_pending
-    states: [payment_pending, paid]
-    transitions:
-    - {name: capture, "on": [payment_intent.succeeded], from: [payment_pending], to: paid, emit: order.paid}
-  delivery:
-    sink: {url: %q}
-    backoff: {initial: 100ms, max: 1s}
-  receiver: {path: /stripe}
-`
-
-// StripeEndpointManifest is the YAML of the shared test endpoint (shop/payments, see
-// stripeEndpoint) delivering to sinkURL.
-func StripeEndpointManifest(sinkURL string) []byte {
-	return fmt.Appendf(nil, stripeEndpoint, sinkURL)
+// StripeEndpoint is the WebhookEndpoint of tests that run the receiver as the operator
+// does: shop/payments, Stripe, the signing secret in Secret stripe-webhook key current,
+// the database URL in Secret shop-db key uri, one managed entity per
+// metadata.client_txn_id (the key demo.StripeEvent writes), created by its first event,
+// that payment_intent.succeeded moves from payment_pending to paid, emitting order.paid
+// to sinkURL; served at /stripe. A test changes what it is about and writes it with
+// ManifestFile.
+func StripeEndpoint(sinkURL string) *v1alpha1.WebhookEndpoint {
+	we := StripeCaptureEndpoint(SecretRef("stripe-webhook", "current"), SecretRef("shop-db", "uri"))
+	we.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "WebhookEndpoint"}
+	we.Namespace, we.Name = "shop", "payments"
+	we.Spec.Event.EntityKey = "body.data.object.metadata.client_txn_id"
+	we.Spec.Database.Schema = StripeEndpointSchema
+	we.Spec.Entity.OnUnmatched = v1alpha1.UnmatchedCreate
+	we.Spec.Delivery.Sink.URL = sinkURL
+	we.Spec.Delivery.Backoff = v1alpha1.BackoffSpec{
+		Initial: &metav1.Duration{Duration: 100 * time.Millisecond}, Max: &metav1.Duration{Duration: time.Second}}
+	we.Spec.Receiver.Path = "/stripe"
+	return we
 }
 
-// StripeEndpointFile writes StripeEndpointManifest into the test's temporary directory
-// and returns the file's path, for the receiver's --endpoint.
-func StripeEndpointFile(tb testing.TB, sinkURL string) string {
+// Manifest is we as the YAML a platform team applies.
+func Manifest(tb testing.TB, we *v1alpha1.WebhookEndpoint) []byte {
+	tb.Helper()
+	out, err := yaml.Marshal(we)
+	if err != nil {
+		tb.Fatalf("encode endpoint manifest: %v", err)
+	}
+	return out
+}
+
+// ManifestFile writes Manifest(we) into the test's temporary directory and returns the
+// file's path, for the receiver's --endpoint.
+func ManifestFile(tb testing.TB, we *v1alpha1.WebhookEndpoint) string {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "endpoint.yaml")
-	if err := os.WriteFile(path, StripeEndpointManifest(sinkURL), 0o600); err != nil {
+	if err := os.WriteFile(path, Manifest(tb, we), 0o600); err != nil {
 		tb.Fatalf("write endpoint manifest: %v", err)
 	}
 	return path
+}
+
+// StripeEndpointFile writes StripeEndpoint(sinkURL) with ManifestFile.
+func StripeEndpointFile(tb testing.TB, sinkURL string) string {
+	tb.Helper()
+	return ManifestFile(tb, StripeEndpoint(sinkURL))
 }
 
 // readyClient keeps one probe from outliving the poll that sent it.

@@ -35,9 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
@@ -80,11 +78,8 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	defer sink.Close()
 
 	// The objects the operator would create for this endpoint, from its own builders.
-	var ep v1alpha1.WebhookEndpoint
-	if err := yaml.UnmarshalStrict(testsupport.StripeEndpointManifest(sink.URL+"/orders"), &ep); err != nil {
-		t.Fatal(err)
-	}
-	rendered, err := resources.Render(&ep, time.Now())
+	ep := testsupport.StripeEndpoint(sink.URL + "/orders")
+	rendered, err := resources.Render(ep, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +93,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	// (8080, 9090) do not meet another process's on this machine.
 	podIP := randomLoopback(t)
 
-	job := resources.MigrationJob(&ep, opts, "image-test", "image-test")
+	job := resources.MigrationJob(ep, opts, "image-test", "image-test")
 	migrate := job.Spec.Template.Spec
 	out, err := p.run(t, "hk-migrate", fromPod(t, migrate, migrate.Containers[0], secrets, podIP))
 	if err != nil {
@@ -106,7 +101,7 @@ func TestImageRunsAsAReceiverPod(t *testing.T) {
 	}
 	t.Logf("migrate: %s", strings.TrimSpace(out))
 
-	deploy := resources.Deployment(&ep, opts)
+	deploy := resources.Deployment(ep, opts)
 	pod := deploy.Spec.Template.Spec
 	spec := fromPod(t, pod, pod.Containers[0], secrets, podIP)
 	name := p.start(t, "hk-receiver", spec)

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,7 +28,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
@@ -89,13 +90,11 @@ func TestSoak(t *testing.T) {
 
 	// Payloads must outlive parking (an expired event is re-driven from its payload), so
 	// parking is shortened with them.
-	manifest := bytes.Replace(testsupport.StripeEndpointManifest(sink.URL),
-		[]byte("    initial: payment_pending\n"), []byte("    initial: payment_pending\n    parkFor: 30m\n"), 1)
-	manifest = append(manifest, "  retention: {payloadFor: 1h, dedupeFor: 2h, deliveredFor: 1h}\n"...)
-	path := filepath.Join(t.TempDir(), "endpoint.yaml")
-	if err := os.WriteFile(path, manifest, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	we := testsupport.StripeEndpoint(sink.URL)
+	we.Spec.StateMachine.ParkFor = &metav1.Duration{Duration: 30 * time.Minute}
+	we.Spec.Retention = v1alpha1.RetentionSpec{PayloadFor: &metav1.Duration{Duration: time.Hour},
+		DedupeFor: &metav1.Duration{Duration: 2 * time.Hour}, DeliveredFor: &metav1.Duration{Duration: time.Hour}}
+	path := testsupport.ManifestFile(t, we)
 	env := map[string]string{config.EnvDatabaseURL: dbURL, config.EnvSigningSecretPrefix + "0": secret}
 	getenv := func(k string) string { return env[k] }
 	ep, err := config.Load(path, getenv)
