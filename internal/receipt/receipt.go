@@ -91,6 +91,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -341,10 +342,14 @@ func (r *Recorder) fetchLive(ctx context.Context, ev Event) (any, error) {
 }
 
 // recordInOneTx records evs in one transaction (retried when PostgreSQL chose it as a
-// deadlock victim). Each event's lock rides with the previous event's writes.
+// deadlock victim). Each event's lock rides with the previous event's writes; the
+// entities of a batch that exist already are locked first, in key order
+// (lockInKeyOrder).
 func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) ([]Result, error) {
 	plans := make([]*entityPlan, len(evs))
 	err := r.inTxWithRetries(ctx, func(tx *pipelinedTx) error {
+		created := map[string]bool{}
+		tx.queue(r.lockInKeyOrder(evs, created)...)
 		for i := range evs {
 			ev := &evs[i]
 			plans[i] = &entityPlan{primary: &candidate{ev: *ev, live: lives[i]}}
@@ -356,6 +361,11 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 			tx.queue(r.lockSteps(ev, &view)...)
 			if err := tx.send(ctx); err != nil {
 				return err
+			}
+			if created[ev.EntityKey] {
+				// lockInKeyOrder created it: this is its first event.
+				view.created = true
+				delete(created, ev.EntityKey)
 			}
 			steps, err := r.planEntity(ctx, plans[i], &view, true)
 			if err != nil {
@@ -380,6 +390,48 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 	}
 	r.afterCommit(results)
 	return results, nil
+}
+
+// lockInKeyOrder locks the entities of a batch of several entities in entity-key order,
+// in the batch's first round trip, before any item is decided; with onUnmatched Create
+// it creates the missing ones (in the initial state, with no amount: the item that
+// starts an entity's history sets it, as its own lock would have) and reports them in
+// created, for the first item of each to be decided as the one that created it. Items
+// are then decided in batch order, each taking its entity's lock again (held already).
+// Without this a batch took its locks in the order of its items: two batches, or a
+// batch and a group (which locks in key order), could each hold or create an entity the
+// other waits for, and PostgreSQL breaks such a cycle only after deadlock_timeout, a
+// second or more per cycle while the provider waits.
+func (r *Recorder) lockInKeyOrder(evs []Event, created map[string]bool) []step {
+	var keys []string
+	for i := range evs {
+		if r.needsLock(&evs[i]) {
+			keys = append(keys, evs[i].EntityKey)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if len(keys) < 2 {
+		return nil
+	}
+	steps := make([]step, len(keys))
+	for i, k := range keys {
+		args := r.entityArgs(k)
+		if r.mode == managedCreate {
+			args["initial"], args["amount"] = r.ep.Machine.Initial(), nil
+		}
+		steps[i] = step{sql: r.sql.lock, args: args, read: func(br pgx.BatchResults) error {
+			var view entityView
+			if err := scanLock(br, &view); err != nil {
+				return fmt.Errorf("lock entity %s: %w", k, err)
+			}
+			if view.created {
+				created[k] = true
+			}
+			return nil
+		}}
+	}
+	return steps
 }
 
 // afterCommit tells the WithOutboxWritten hook that committed results wrote outbox rows.
