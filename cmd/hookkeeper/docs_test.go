@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -131,6 +132,34 @@ func TestDocsCommands(t *testing.T) {
 	}
 	for _, p := range checkDocCommands(root, string(makefile), commands) {
 		t.Error(p)
+	}
+}
+
+// The docs name migration Jobs as the operator does: <endpoint>-migrate-v<schema
+// version>, the newest migration this binary embeds. A migration added without the
+// docs following fails here.
+func TestDocsNameTheSchemaVersion(t *testing.T) {
+	root := testsupport.RepoRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`-migrate-v(\d+)|schema "[a-z]+", version (\d+)`)
+	found := 0
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range named.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if v := m[1] + m[2]; v != strconv.FormatInt(store.SchemaVersion, 10) {
+				t.Errorf("%s: %q names schema version %s, the binary's is %d", filepath.Base(f), m[0], v, store.SchemaVersion)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no migration Job named in the docs; the pattern is broken")
 	}
 }
 

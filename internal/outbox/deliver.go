@@ -156,7 +156,12 @@ func (d *Dispatcher) post(ctx context.Context, r row) attempt {
 	if err != nil {
 		return attempt{sent: true, err: err}
 	}
+	// The drain ends with the attempt: the body of a 101 is the raw connection, which
+	// the request's context no longer governs, and a sink that answers 101 and then
+	// stays silent would hold the worker past the fence, and Run past its shutdown.
+	stopClose := context.AfterFunc(ctx, func() { _ = resp.Body.Close() })
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	stopClose()
 	_ = resp.Body.Close()
 	return attempt{sent: true, status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), d.opts.Clock())}
 }

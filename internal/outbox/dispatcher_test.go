@@ -9,11 +9,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -578,28 +576,9 @@ func TestKilledDispatcherProcess(t *testing.T) {
 		return http.StatusOK
 	})
 
-	child := exec.Command(os.Args[0], "-test.run=^TestChildDispatcherProcess$", "-test.v")
-	child.Env = append(os.Environ(), childEnv+"=1", "CHILD_DATABASE_URL="+db.url, "CHILD_SINK_URL="+s.srv.URL)
-	out := &strings.Builder{}
-	child.Stdout, child.Stderr = out, out
-	if err := child.Start(); err != nil {
-		t.Fatalf("start child: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = child.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = child.Process.Kill()
-		<-exited
-	})
-
+	kill := startChildDispatcher(t, db, "TestChildDispatcherProcess", s.srv.URL)
 	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "the child's requests reach the sink", func() bool { return s.count() == len(rows) })
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("kill child: %v", err)
-	}
-	<-exited
-	if !strings.Contains(out.String(), "=== RUN") {
-		t.Logf("child output: %s", out.String())
-	}
+	kill()
 	for _, id := range ids {
 		if st := db.state(t, id); !st.Leased || st.Attempts != 1 || st.Delivered {
 			t.Fatalf("row %d after the kill: %+v, want leased after 1 attempt", id, st)

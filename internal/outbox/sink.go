@@ -108,9 +108,11 @@ WHERE endpoint = $1 AND down_since IS NOT NULL AND next_probe_at <= now()
   AND (probe_until IS NULL OR probe_until <= now())
 RETURNING probes`, tables.SinkState),
 		releaseProbe: fmt.Sprintf(`UPDATE %s SET probe_until = NULL WHERE endpoint = $1`, tables.SinkState),
-		// Rows whose own backoff ran into the outage are due as soon as it ends.
+		// Rows whose own backoff ran into the outage are due as soon as it ends; a row
+		// whose last answer carried a Retry-After is not due before it (not_before): the
+		// sink said when it can take that row again.
 		resume: fmt.Sprintf(`
-UPDATE %s SET available_at = now()
+UPDATE %s SET available_at = GREATEST(now(), not_before)
 WHERE endpoint = $1 AND delivered_at IS NULL AND dead_at IS NULL AND available_at > now()`, tables.Outbox),
 	}
 }

@@ -142,7 +142,8 @@ RETURNING o.id, o.dedupe_key, o.entity_key, o.event_type, o.source_event_id, o.p
 		// never dead-letters the row; the row goes behind every row already due (and is
 		// not due before the sink's Retry-After), so the next probe takes another row and
 		// one row the sink always fails (a 500 on one payload) cannot hold the outage
-		// open while the sink takes every other row.
+		// open while the sink takes every other row. not_before keeps the sink's
+		// Retry-After for the end of an outage (sink.go, resume).
 		record: fmt.Sprintf(`
 WITH async AS (SELECT %[2]s),%[3]s,
 held AS (SELECT COALESCE((SELECT down FROM sink), false) AS down),
@@ -156,7 +157,8 @@ upd AS (
 		                    THEN GREATEST(o.available_at, now() + r.retry_after_us * interval '1 microsecond')
 		                    WHEN r.result = 'retry' THEN now() + r.delay_us * interval '1 microsecond'
 		                    ELSE o.available_at END,
-		last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END
+		last_error   = CASE WHEN r.result IN ('retry', 'dead') THEN r.err ELSE o.last_error END,
+		not_before   = CASE WHEN r.retry_after_us > 0 THEN now() + r.retry_after_us * interval '1 microsecond' END
 	FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::text[], $7::bool[], $14::timestamptz[], $15::bigint[])
 		AS r(id, attempt, result, delay_us, err, unavailable, lease, retry_after_us), async, held
 	WHERE o.id = r.id AND o.endpoint = $6 AND o.attempts = r.attempt AND o.lease_until = r.lease
