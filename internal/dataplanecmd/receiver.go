@@ -221,7 +221,9 @@ type ServeOptions struct {
 	// Getenv reads the rest of the receiver's environment (the refetch API key).
 	Getenv func(string) string
 	// Dispatcher runs the outbox dispatcher in the same process.
-	Dispatcher  bool
+	Dispatcher bool
+	// GroupCommit is how concurrent deliveries share receipt transactions; the zero
+	// value is receipt.DefaultGroupCommit, MaxEvents 1 turns it off.
 	GroupCommit receipt.GroupCommit
 	// WebhookAddr and AdminAddr are the listen addresses (host:port).
 	WebhookAddr, AdminAddr string

@@ -68,13 +68,19 @@ type GroupCommit struct {
 var DefaultGroupCommit = GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: 2 * time.Millisecond}
 
 // WithGroupCommit sets how concurrent single-event RecordBatch calls share
-// transactions; NewRecorder uses DefaultGroupCommit. MaxEvents 1 gives every call a
-// transaction of its own, on the caller's goroutine.
+// transactions; NewRecorder uses DefaultGroupCommit. A GroupCommit that sets neither
+// MaxEvents nor Transactions is DefaultGroupCommit (with its Observe). MaxEvents 1
+// gives every call a transaction of its own, on the caller's goroutine.
 func WithGroupCommit(g GroupCommit) Option {
 	return func(r *Recorder) { r.group = newGrouper(r, g) }
 }
 
 func newGrouper(r *Recorder, g GroupCommit) *grouper {
+	if g.MaxEvents == 0 && g.Transactions == 0 {
+		observe := g.Observe
+		g = DefaultGroupCommit
+		g.Observe = observe
+	}
 	if g.MaxEvents <= 1 || g.Transactions < 1 {
 		return nil
 	}

@@ -500,3 +500,25 @@ END $$`)
 		t.Fatalf("paid entities = %d, want 2", got)
 	}
 }
+
+// A GroupCommit that sets neither MaxEvents nor Transactions is the default one, so a
+// caller that builds options and leaves it zero gets group commit as the receiver
+// command does; MaxEvents 1 is the way to turn it off.
+func TestGroupCommitZeroIsTheDefault(t *testing.T) {
+	observed := false
+	g := newGrouper(&Recorder{}, GroupCommit{Observe: func(int) { observed = true }})
+	if g == nil {
+		t.Fatal("a zero GroupCommit turned group commit off")
+	}
+	if g.cfg.MaxEvents != DefaultGroupCommit.MaxEvents || g.cfg.Transactions != DefaultGroupCommit.Transactions ||
+		g.cfg.OverflowAfter != DefaultGroupCommit.OverflowAfter {
+		t.Fatalf("zero GroupCommit = %+v, want %+v", g.cfg, DefaultGroupCommit)
+	}
+	g.cfg.Observe(1)
+	if !observed {
+		t.Fatal("the zero GroupCommit's Observe was dropped")
+	}
+	if newGrouper(&Recorder{}, GroupCommit{MaxEvents: 1}) != nil {
+		t.Fatal("MaxEvents 1 did not turn group commit off")
+	}
+}
