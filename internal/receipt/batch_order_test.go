@@ -16,24 +16,10 @@ import (
 // row with the same key must not move).
 func TestBatchesOutOfOrderConverge(t *testing.T) {
 	t.Parallel()
-	const inOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
-	paymentsTable := `CREATE TABLE public.payments (
-		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		tenant_id text NOT NULL, ref text NOT NULL, status text NOT NULL, amount bigint NOT NULL,
-		UNIQUE (tenant_id, ref))`
-	binding := &v1alpha1.EntityTableSpec{Schema: "public", Name: "payments", KeyColumn: "ref", StateColumn: "status",
-		AmountColumn: "amount", Tenant: &v1alpha1.TenantSpec{Column: "tenant_id", Value: "acme"}}
-	for _, mode := range []struct {
-		name  string
-		table *v1alpha1.EntityTableSpec
-	}{{"managed", nil}, {"app table with tenant", binding}} {
+	for _, mode := range paymentModes() {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			var setup []string
-			if mode.table != nil {
-				setup = []string{paymentsTable}
-			}
-			f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, mode.table), setup...)
+			f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, mode.table), mode.setup...)
 			stateSQL := `SELECT state FROM hk.entities WHERE entity_key = $1`
 			if mode.table != nil {
 				stateSQL = `SELECT status FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
@@ -74,8 +60,8 @@ func TestBatchesOutOfOrderConverge(t *testing.T) {
 			}
 			for i := range entities {
 				key := fmt.Sprintf("b-%d", i)
-				if got := f.stateAndEffects(key, stateSQL); got != inOrder {
-					t.Errorf("%s: %s, want %s", key, got, inOrder)
+				if got := f.stateAndEffects(key, stateSQL); got != paymentInOrder {
+					t.Errorf("%s: %s, want %s", key, got, paymentInOrder)
 				}
 			}
 			if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {

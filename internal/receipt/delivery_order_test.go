@@ -36,6 +36,31 @@ func paymentEndpoint(onUnmatched v1alpha1.OnUnmatched, table *v1alpha1.EntityTab
 	return we
 }
 
+// paymentInOrder is a payment's state and effects once its whole history (paymentHistory)
+// applied in provider order.
+const paymentInOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
+
+// paymentMode is an entity mode the payment tests run in: hookkeeper's managed entities,
+// or the app's payments table with a tenant column, whose setup creates it (another
+// tenant's rows may share keys and must never move).
+type paymentMode struct {
+	name  string
+	table *v1alpha1.EntityTableSpec
+	setup []string
+}
+
+func paymentModes() []paymentMode {
+	return []paymentMode{{name: "managed"}, {
+		name: "app table with tenant",
+		table: &v1alpha1.EntityTableSpec{Schema: "public", Name: "payments", KeyColumn: "ref", StateColumn: "status",
+			AmountColumn: "amount", Tenant: &v1alpha1.TenantSpec{Column: "tenant_id", Value: "acme"}},
+		setup: []string{`CREATE TABLE public.payments (
+		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		tenant_id text NOT NULL, ref text NOT NULL, status text NOT NULL, amount bigint NOT NULL,
+		UNIQUE (tenant_id, ref))`},
+	}}
+}
+
 // paymentHistory is one payment's history in provider order. Each event carries the
 // amount the provider puts in it: the partial refund its own (refund) amount, the
 // full refund the rest, the dispute the disputed amount, the closing none.
@@ -95,7 +120,6 @@ func (f *fixture) stateAndEffects(key string, stateSQL string) string {
 // With onUnmatched Create the first event to arrive creates the entity.
 func TestEveryPermutationConverges(t *testing.T) {
 	t.Parallel()
-	const inOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
 	for _, mode := range []struct {
 		name        string
 		onUnmatched v1alpha1.OnUnmatched
@@ -120,13 +144,13 @@ func TestEveryPermutationConverges(t *testing.T) {
 						}
 					}
 				}
-				if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != inOrder {
+				if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != paymentInOrder {
 					bad = append(bad, fmt.Sprintf("order %v: %s", perm, got))
 				}
 			}
 			if len(bad) > 0 {
 				t.Fatalf("%d of %d delivery orders diverge from the in-order result (%s); first ones:\n%s",
-					len(bad), len(perms), inOrder, strings.Join(bad[:min(len(bad), 5)], "\n"))
+					len(bad), len(perms), paymentInOrder, strings.Join(bad[:min(len(bad), 5)], "\n"))
 			}
 		})
 	}

@@ -21,7 +21,6 @@ import (
 // nothing is left parked.
 func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	t.Parallel()
-	const inOrder = "dispute_won | payment.authorized,payment.captured,payment.partially_refunded,payment.refunded,dispute.opened,dispute.closed"
 	f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, nil))
 	cfg, err := pgxpool.ParseConfig(f.url)
 	if err != nil {
@@ -83,7 +82,7 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 
 	for i := range entities {
 		key := fmt.Sprintf("k-%d", i)
-		if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != inOrder {
+		if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != paymentInOrder {
 			t.Errorf("%s: %s", key, got)
 		}
 	}
