@@ -782,11 +782,16 @@ func (p *endpointPool) beat(ctx context.Context, name string, u *endpointUnit, h
 	var problems []string
 	var dbURL string
 	var secrets []string
-	if m := p.members[name]; m != nil && m.unit == u {
-		dbURL, secrets = m.dbURL, m.secrets
-		if m.failedErr != "" {
-			problems = append(problems, pendingPrefix(m)+m.failedErr)
-		}
+	m := p.members[name]
+	if m == nil || m.unit != u {
+		// A version swapped out or removed is draining: the row is the served version's
+		// (its hash is the one the operator waits for) or, once the drain ends, gone.
+		p.mu.Unlock()
+		return nil
+	}
+	dbURL, secrets = m.dbURL, m.secrets
+	if m.failedErr != "" {
+		problems = append(problems, pendingPrefix(m)+m.failedErr)
 	}
 	p.mu.Unlock()
 	if readyErr != nil {
