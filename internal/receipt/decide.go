@@ -194,20 +194,22 @@ func scanLock(br pgx.BatchResults, view *entityView) error {
 // with onUnmatched Retry a missing entity returns ErrRetryLater.
 func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entityView, canRetry bool) ([]step, error) {
 	c := plan.primary
-	if !view.found {
-		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
-			return nil, ErrRetryLater
-		}
-		return []step{r.writeStep(c, decision{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false)}, nil
-	}
 	if view.seen && c.receiptID == 0 {
 		// A copy of a recorded event: nothing is written, not even the entity the lock
-		// may have created for it.
+		// may have created for it. Whether the entity exists does not matter: with
+		// onUnmatched Retry, a copy of an event whose entity the app has deleted since
+		// is a duplicate, not a delivery to refuse until the entity comes back.
 		c.res = Result{Duplicate: true}
 		if view.created {
 			return []step{execWriteStep(r.sql.undoCreate, r.entityArgs(c.ev.EntityKey))}, nil
 		}
 		return nil, nil
+	}
+	if !view.found {
+		if canRetry && r.ep.Spec.Entity.OnUnmatched == v1alpha1.UnmatchedRetry {
+			return nil, ErrRetryLater
+		}
+		return []step{r.writeStep(c, decision{outcome: OutcomeUnmatched, detail: DetailNoEntity}, false)}, nil
 	}
 
 	cur := entityState{state: view.state, amount: view.amount, lastAt: view.lastAt}

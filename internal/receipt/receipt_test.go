@@ -184,6 +184,27 @@ func TestOnUnmatched(t *testing.T) {
 			t.Fatalf("unmatched receipts = %d", got)
 		}
 	})
+	// A copy of an applied event whose entity the app deleted since is a duplicate: it
+	// is stored, and refusing it would make the provider retry it until it gives up.
+	t.Run("Retry, a copy after the entity is gone", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, ordersBinding()), ordersTable,
+			`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise) VALUES ('acme', 'txn-1', 'payment_pending', 100)`)
+		if r := f.record(ev("evt_1", "payment_intent.succeeded", "txn-1", 100, t0)); r.Outcome != OutcomeApplied {
+			t.Fatalf("first delivery: %+v", r)
+		}
+		f.exec(`DELETE FROM public.orders WHERE client_txn_id = 'txn-1'`)
+		// Another replica's Recorder: this one would answer from its memory of the id.
+		for _, rec := range []*Recorder{NewRecorder(f.pool, f.ep), NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 1}))} {
+			r, err := rec.Record(f.ctx, ev("evt_1", "payment_intent.succeeded", "txn-1", 100, t0))
+			if err != nil || !r.Duplicate {
+				t.Fatalf("copy after the order was deleted: %+v, %v; want a duplicate", r, err)
+			}
+		}
+		if got := f.rows.Receipts(t); got != 1 {
+			t.Fatalf("receipts = %d, want 1", got)
+		}
+	})
 	t.Run("Retry", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRetry, nil))
