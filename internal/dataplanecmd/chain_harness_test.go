@@ -159,7 +159,7 @@ func spreadAcrossReplicas(t *testing.T, ctx context.Context, checker *pgxpool.Po
 						done = false
 					case p.forged:
 						if err != nil || status != http.StatusUnauthorized {
-							fail(fmt.Errorf("%s answered %d (%v), want 401", p.what, status, err))
+							fail(fmt.Errorf("%s answered %d (%s), want 401", p.what, status, fmt.Sprint(err)))
 						}
 						done = true
 					case err == nil && status == http.StatusOK:
@@ -183,7 +183,7 @@ func spreadAcrossReplicas(t *testing.T, ctx context.Context, checker *pgxpool.Po
 						break
 					}
 					if ctx.Err() != nil || time.Now().After(deadline) {
-						fail(fmt.Errorf("%s never acknowledged: %d, %v", p.what, status, err))
+						fail(fmt.Errorf("%s never acknowledged: %d, %s", p.what, status, fmt.Sprint(err)))
 						break
 					}
 					select {
