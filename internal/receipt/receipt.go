@@ -40,8 +40,9 @@
 //     key: [BEGIN + insert with the final outcome + COMMIT].
 //
 // A group of n concurrent deliveries costs 2 round trips in all. An Adyen batch of n
-// items costs at most n+1 round trips in one transaction: each item's receipt statement
-// rides in the same batch as the next item's lock. (The first execution of each
+// items costs at most n+1 round trips in one transaction: the locks of all its entities,
+// in key order, ride with the first item's, and each item's receipt statement rides in
+// the same batch as the next item's lock. (The first execution of each
 // statement on a connection adds one round trip to prepare it; pgx caches the prepared
 // statements per connection.) BEGIN carries store.PlanOnIndexes in the same round trip,
 // so those cached plans use the indexes even when they were made on nearly empty tables
