@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,11 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -261,19 +258,7 @@ func TestAdversarialChildDispatcher(t *testing.T) {
 	if os.Getenv(adversarialChildEnv) != "1" {
 		t.Skip("runs only as the child process of TestAdversarialTwoReplicasOneCrashesMidDelivery")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := store.Open(ctx, os.Getenv("CHILD_DATABASE_URL"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d := NewDispatcher(pool, Options{
-		Endpoint: testEndpoint, Tables: store.TablesIn(testSchema), SinkURL: os.Getenv("CHILD_SINK_URL"),
-		Concurrency: 4, BatchSize: 2, Lease: 8 * time.Second, Timeout: 6 * time.Second,
-		PollInterval: 50 * time.Millisecond, Logger: logr.Discard(),
-	})
-	_ = d.Run(ctx)
+	runChildDispatcher(t, Options{Concurrency: 4, BatchSize: 2, Lease: 8 * time.Second, Timeout: 6 * time.Second})
 }
 
 // replicaSink is a sink for two replicas: it tells the crashing replica's requests
@@ -308,15 +293,7 @@ func (s *replicaSink) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	a := arrival{At: time.Now(), Header: r.Header.Clone(), Body: body, Key: r.Header.Get(HeaderIdempotencyKey)}
-	if err := json.Unmarshal(body, &a.Envelope); err == nil {
-		var data struct {
-			Entity string `json:"entity"`
-			Seq    int    `json:"seq"`
-		}
-		_ = json.Unmarshal(a.Envelope.Data, &data)
-		a.Entity, a.Seq = data.Entity, data.Seq
-	}
+	a := newArrival(r, body)
 	fromChild := r.URL.Path == "/child"
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
@@ -392,29 +369,7 @@ func TestAdversarialTwoReplicasOneCrashesMidDelivery(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.Logf("%d requests, %d from the crashed replica", len(s.arrivals), len(s.child))
-	first := map[string][]int{}
-	seen := map[string]bool{}
-	for _, a := range s.arrivals {
-		want := (outboxRow{Entity: a.Entity, Seq: a.Seq}).key()
-		if a.Key != want || a.Envelope.ID != want {
-			t.Errorf("row %s/%d sent with Idempotency-Key %q and envelope id %q, want %q", a.Entity, a.Seq, a.Key, a.Envelope.ID, want)
-		}
-		if !seen[want] {
-			seen[want] = true
-			first[a.Entity] = append(first[a.Entity], a.Seq)
-		}
-	}
-	for e, seqs := range first {
-		for i, seq := range seqs {
-			if seq != i {
-				t.Errorf("entity %s first received in order %v", e, seqs)
-				break
-			}
-		}
-	}
-	if len(seen) != len(rows) {
-		t.Errorf("%d distinct rows received, want %d", len(seen), len(rows))
-	}
+	checkArrivals(t, s.arrivals, len(rows))
 	if n := len(s.overlap); n > 0 {
 		t.Errorf("%d times an entity had two requests in flight at once, first: %v", n, s.overlap[:min(n, 5)])
 	}

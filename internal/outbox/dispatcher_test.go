@@ -540,19 +540,7 @@ func TestChildDispatcherProcess(t *testing.T) {
 	if os.Getenv(childEnv) != "1" {
 		t.Skip("runs only as the child process of TestKilledDispatcherProcess")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := store.Open(ctx, os.Getenv("CHILD_DATABASE_URL"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d := NewDispatcher(pool, Options{
-		Endpoint: testEndpoint, Tables: store.TablesIn(testSchema), SinkURL: os.Getenv("CHILD_SINK_URL"),
-		Concurrency: 4, Lease: 5 * time.Second, Timeout: 3 * time.Second, PollInterval: 50 * time.Millisecond,
-		Logger: logr.Discard(),
-	})
-	_ = d.Run(ctx)
+	runChildDispatcher(t, Options{Concurrency: 4, Lease: 5 * time.Second, Timeout: 3 * time.Second})
 }
 
 // A dispatcher process killed with SIGKILL mid-delivery leaves its rows leased; a new

@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -171,15 +173,7 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	a := arrival{At: time.Now(), Header: r.Header.Clone(), Body: body, Key: r.Header.Get(HeaderIdempotencyKey)}
-	if err := json.Unmarshal(body, &a.Envelope); err == nil {
-		var data struct {
-			Entity string `json:"entity"`
-			Seq    int    `json:"seq"`
-		}
-		_ = json.Unmarshal(a.Envelope.Data, &data)
-		a.Entity, a.Seq = data.Entity, data.Seq
-	}
+	a := newArrival(r, body)
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
 	n := len(s.arrivals)
@@ -264,4 +258,65 @@ func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop 
 	}
 	t.Cleanup(stop)
 	return d, stop
+}
+
+// newArrival is a request a sink received, with its body: the envelope and, from the
+// envelope's data, the test row's entity and sequence number.
+func newArrival(r *http.Request, body []byte) arrival {
+	a := arrival{At: time.Now(), Header: r.Header.Clone(), Body: body, Key: r.Header.Get(HeaderIdempotencyKey)}
+	if err := json.Unmarshal(body, &a.Envelope); err == nil {
+		var data struct {
+			Entity string `json:"entity"`
+			Seq    int    `json:"seq"`
+		}
+		_ = json.Unmarshal(a.Envelope.Data, &data)
+		a.Entity, a.Seq = data.Entity, data.Seq
+	}
+	return a
+}
+
+// checkArrivals checks what a sink received of rows test rows: every request carries
+// its row's dedupe key as Idempotency-Key and envelope id, each entity's rows first
+// arrived in sequence order, and every row arrived.
+func checkArrivals(t *testing.T, arrivals []arrival, rows int) {
+	t.Helper()
+	first := map[string][]int{}
+	seen := map[string]bool{}
+	for _, a := range arrivals {
+		want := (outboxRow{Entity: a.Entity, Seq: a.Seq}).key()
+		if a.Key != want || a.Envelope.ID != want {
+			t.Errorf("row %s/%d sent with Idempotency-Key %q and envelope id %q, want %q", a.Entity, a.Seq, a.Key, a.Envelope.ID, want)
+		}
+		if !seen[want] {
+			seen[want] = true
+			first[a.Entity] = append(first[a.Entity], a.Seq)
+		}
+	}
+	for e, seqs := range first {
+		for i, seq := range seqs {
+			if seq != i {
+				t.Errorf("entity %s first received in order %v", e, seqs)
+				break
+			}
+		}
+	}
+	if len(seen) != rows {
+		t.Errorf("%d distinct rows received, want %d", len(seen), rows)
+	}
+}
+
+// runChildDispatcher runs a dispatcher of the test endpoint on $CHILD_DATABASE_URL,
+// delivering to $CHILD_SINK_URL with o's concurrency, batch size, lease and timeout,
+// until the parent test kills the process (a minute at most).
+func runChildDispatcher(t *testing.T, o Options) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := store.Open(ctx, os.Getenv("CHILD_DATABASE_URL"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	o.Endpoint, o.Tables, o.SinkURL = testEndpoint, store.TablesIn(testSchema), os.Getenv("CHILD_SINK_URL")
+	o.PollInterval, o.Logger = 50*time.Millisecond, logr.Discard()
+	_ = NewDispatcher(pool, o).Run(ctx)
 }

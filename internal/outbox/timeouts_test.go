@@ -58,31 +58,7 @@ func TestDispatchersUnderTimeoutsAndAStopKeepKeysAndOrder(t *testing.T) {
 		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
 	})
 
-	first := map[string][]int{}
-	seen := map[string]bool{}
-	for _, a := range s.snapshot() {
-		if a.Key != a.Envelope.ID {
-			t.Errorf("Idempotency-Key %q but envelope id %q", a.Key, a.Envelope.ID)
-		}
-		if want := (outboxRow{Entity: a.Entity, Seq: a.Seq}).key(); a.Key != want {
-			t.Errorf("row %s/%d delivered with key %q, want %q", a.Entity, a.Seq, a.Key, want)
-		}
-		if !seen[a.Key] {
-			seen[a.Key] = true
-			first[a.Entity] = append(first[a.Entity], a.Seq)
-		}
-	}
-	for e, seqs := range first {
-		for i, seq := range seqs {
-			if seq != i {
-				t.Errorf("entity %s first received in order %v", e, seqs)
-				break
-			}
-		}
-	}
-	if len(seen) != len(rows) {
-		t.Errorf("%d distinct keys received, want %d", len(seen), len(rows))
-	}
+	checkArrivals(t, s.snapshot(), len(rows))
 	// s.overlap is not checked: a sink that goes on processing a request after the
 	// dispatcher gave up on it overlaps with the retry by construction.
 }
