@@ -62,7 +62,10 @@ type attempt struct {
 
 func (d *Dispatcher) newHTTPClient() *http.Client {
 	if d.opts.HTTPClient != nil {
-		return d.opts.HTTPClient
+		// A caller's client is used as given but for redirects, which it may follow.
+		c := *d.opts.HTTPClient
+		c.CheckRedirect = refuseRedirect
+		return &c
 	}
 	transport := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
@@ -79,12 +82,14 @@ func (d *Dispatcher) newHTTPClient() *http.Client {
 		TLSHandshakeTimeout: 5 * time.Second,
 	}
 	return &http.Client{
-		Transport: transport,
-		// A redirect would re-send a signed event somewhere the spec does not name; a 3xx
-		// is a failed attempt.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport:     transport,
+		CheckRedirect: refuseRedirect,
 	}
 }
+
+// refuseRedirect is every dispatcher client's CheckRedirect: a redirect would re-send a
+// signed event somewhere the spec does not name, so a 3xx is a failed attempt.
+func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // errMetadataAddress: the sink's name resolved to an instance-metadata address.
 var errMetadataAddress = errors.New("the sink resolves to a cloud instance-metadata address, which is never dialled")

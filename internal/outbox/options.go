@@ -89,7 +89,8 @@ type Options struct {
 	// reuse a warm session instead of each opening one (its own pool keeps none).
 	Housekeeping *pgxpool.Pool
 	// HTTPClient, when set, replaces the dispatcher's own client (whose transport keeps
-	// Concurrency idle connections to the sink and never follows redirects).
+	// Concurrency idle connections to the sink). Neither follows redirects: the
+	// dispatcher uses a copy of it whose CheckRedirect refuses them.
 	HTTPClient *http.Client
 }
 

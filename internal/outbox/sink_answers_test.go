@@ -18,27 +18,32 @@ import (
 // or never ends is delivered once (the status is the answer); a sink that never sends
 // headers is no answer within the timeout. No existing test drives these answers.
 func TestHostileSinkAnswers(t *testing.T) {
-	t.Run("redirect is not followed", func(t *testing.T) {
-		db := newTestDB(t)
-		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
-		var followed atomic.Int32
-		target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { followed.Add(1) }))
-		t.Cleanup(target.Close)
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, target.URL+"/elsewhere", http.StatusTemporaryRedirect)
-		}))
-		t.Cleanup(s.Close)
-		opts := db.options(t, s.URL)
-		opts.MaxAttempts = 2
-		start(t, db.pool, opts)
-		testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "dead after 2 redirects", func() bool { return db.state(t, ids[0]).Dead })
-		if st := db.state(t, ids[0]); st.Delivered || st.LastError != "sink answered 307" {
-			t.Errorf("row after redirects: %+v", st)
-		}
-		if n := followed.Load(); n != 0 {
-			t.Errorf("the redirect target got %d requests", n)
-		}
-	})
+	// Also with a caller's client (Options.HTTPClient) whose CheckRedirect follows them,
+	// as http.Client's zero value does.
+	for name, client := range map[string]*http.Client{"": nil, ", with a caller's client": {}} {
+		t.Run("redirect is not followed"+name, func(t *testing.T) {
+			db := newTestDB(t)
+			ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
+			var followed atomic.Int32
+			target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { followed.Add(1) }))
+			t.Cleanup(target.Close)
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target.URL+"/elsewhere", http.StatusTemporaryRedirect)
+			}))
+			t.Cleanup(s.Close)
+			opts := db.options(t, s.URL)
+			opts.MaxAttempts = 2
+			opts.HTTPClient = client
+			start(t, db.pool, opts)
+			testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "dead after 2 redirects", func() bool { return db.state(t, ids[0]).Dead })
+			if st := db.state(t, ids[0]); st.Delivered || st.LastError != "sink answered 307" {
+				t.Errorf("row after redirects: %+v", st)
+			}
+			if n := followed.Load(); n != 0 {
+				t.Errorf("the redirect target got %d requests", n)
+			}
+		})
+	}
 
 	t.Run("200 with a huge or endless body is delivered once", func(t *testing.T) {
 		for _, endless := range []bool{false, true} {
