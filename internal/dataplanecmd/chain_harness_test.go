@@ -254,21 +254,21 @@ func chainOutcome(t *testing.T, ctx context.Context, checker *pgxpool.Pool, keys
 	}
 }
 
-// stripeChainPosts are the Stripe deliveries of orders orders (keys key(o)), each
+// stripeChainPosts are the Stripe deliveries of orders orders (keys orderKey(o)), each
 // event of chainSteps two or three times, the copies alternating between replicas,
 // provider order a second apart per step; and an attacker's, racing them: each event
 // once more with the same id but moved to the next order at amount 1, signed with a
 // key of the attacker's, and once as the genuine body signed an hour ago (a replay
 // outside Stripe's tolerance). It returns the posts, the genuine body of each event id
 // and the events' outbox dedupe keys.
-func stripeChainPosts(rng *rand.Rand, orders int, key func(o int) string, path, secret string) (posts []replicaPost, bodies map[string][]byte, dedupeKeys []string) {
+func stripeChainPosts(rng *rand.Rand, orders int, path, secret string) (posts []replicaPost, bodies map[string][]byte, dedupeKeys []string) {
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	bodies = map[string][]byte{}
 	for o := range orders {
 		for i, s := range chainSteps {
 			id := fmt.Sprintf("evt_%d_%s", o, s.on)
 			at := base.Add(time.Duration(o*10+i) * time.Second)
-			body := demo.StripeEvent(id, s.on, key(o), 500, at)
+			body := demo.StripeEvent(id, s.on, orderKey(o), 500, at)
 			bodies[id] = body
 			dedupeKeys = append(dedupeKeys, receipt.DedupeKey("shop/chain", id, s.emit))
 			first := rng.IntN(2)
@@ -278,7 +278,7 @@ func stripeChainPosts(rng *rand.Rand, orders int, key func(o int) string, path, 
 						return demo.PostStripeWith(ctx, client, url+path, secret, body)
 					}})
 			}
-			forged := demo.StripeEvent(id, s.on, key((o+1)%orders), 1, at)
+			forged := demo.StripeEvent(id, s.on, orderKey((o+1)%orders), 1, at)
 			posts = append(posts, replicaPost{what: "forged " + id, replica: rng.IntN(2), forged: true,
 				send: func(ctx context.Context, client *http.Client, url string) (int, error) {
 					return demo.PostStripeWith(ctx, client, url+path, "whsec_attacker", forged)

@@ -41,7 +41,7 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 	)
 	run := newChainRun(t, secret, victim)
 	bases := startReplicas(t, run.ctx, chainEndpoint(), 1)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(7, 8)), orders, orderKey, "/chain", secret)
+	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(7, 8)), orders, "/chain", secret)
 	// A nil killer (the runs that kill nothing) does nothing.
 	var killer *testsupport.SessionKiller
 	if kill {

@@ -34,7 +34,7 @@ func TestReplicasConvergeUnderSpreadOutOfOrderCopies(t *testing.T) {
 	)
 	run := newChainRun(t, secret, "")
 	bases := startReplicas(t, run.ctx, chainEndpoint(), 2)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(11, 12)), orders, orderKey, "/chain", secret)
+	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(11, 12)), orders, "/chain", secret)
 	// Forged requests are answered 401 and not retried. Replicas lock entities in key
 	// order and a group waits at most its lock timeout before its members run alone:
 	// nothing fails with nothing failing.
@@ -226,7 +226,7 @@ func TestReplicasAppTableConvergesUnderSpreadOutOfOrderCopies(t *testing.T) {
 		}
 	}
 	bases := startReplicas(t, ctx, appTableChainEndpoint(), 2)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(31, 32)), orders, orderKey, "/chain", secret)
+	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(31, 32)), orders, "/chain", secret)
 	if refused := run.spread(t, bases, posts, spread{senders: 32}); refused != 0 {
 		t.Errorf("%d deliveries were not answered 2xx with nothing failing", refused)
 	}

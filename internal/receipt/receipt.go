@@ -343,9 +343,8 @@ func (r *Recorder) fetchLive(ctx context.Context, ev Event) (any, error) {
 }
 
 // recordInOneTx records evs in one transaction (retried when PostgreSQL chose it as a
-// deadlock victim). Each event's lock rides with the previous event's writes; the
-// entities of a batch that exist already are locked first, in key order
-// (lockInKeyOrder).
+// deadlock victim). Each event's lock rides with the previous event's writes; a batch's
+// entities are locked (or created) first, in key order (lockInKeyOrder).
 func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) ([]Result, error) {
 	plans := make([]*entityPlan, len(evs))
 	err := r.inTxWithRetries(ctx, func(tx *pipelinedTx) error {
