@@ -21,7 +21,7 @@ const (
 )
 
 // ReplayOutcome is a receipt outcome a replay may re-run.
-// +kubebuilder:validation:Enum=unmatched;guard_failed;guard_error;parked;expired
+// +kubebuilder:validation:Enum=unmatched;guard_failed;guard_error;parked;expired;unhandled
 type ReplayOutcome string
 
 // EndpointReference names a WebhookEndpoint in the WebhookReplay's own namespace.
@@ -34,9 +34,10 @@ type EndpointReference struct {
 
 // ReceiptSelection selects stored receipts by outcome.
 type ReceiptSelection struct {
-	// outcomes to re-run, of unmatched, guard_failed, guard_error, parked and expired;
+	// outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired and
+	// unhandled (the events stored while a transition for their type was rolling out);
 	// empty means unmatched, guard_failed and guard_error.
-	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:MaxItems=6
 	// +listType=set
 	// +optional
 	Outcomes []ReplayOutcome `json:"outcomes,omitempty"`

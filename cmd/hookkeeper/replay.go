@@ -17,6 +17,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/replay"
 )
 
@@ -87,9 +88,10 @@ select by the time the row was dead-lettered.
 
 --receipts re-runs stored receipts through the receipt transaction (for example once the
 order they name exists, or once a guard is fixed): by default those whose outcome is
-unmatched, guard_failed or guard_error; --outcome chooses among those and parked and
-expired (--outcome parked,expired --dry-run lists the events waiting for their entity and
-those that waited longer than stateMachine.parkFor). --since/--until select by the time
+unmatched, guard_failed or guard_error; --outcome chooses among those and parked,
+expired and unhandled (--outcome parked,expired --dry-run lists the events waiting for
+their entity and those that waited longer than stateMachine.parkFor; --outcome unhandled
+re-runs the events stored while a transition for their type was still rolling out). --since/--until select by the time
 the receipt was received. It compiles the endpoint like the receiver does, so
 it needs the same variables ($` + config.EnvSigningSecretPrefix + `<index>, and the refetch key if the
 provider block has one); given NAME, it reads them from the Secrets.
@@ -102,7 +104,7 @@ selected rows and changes nothing. Times are RFC 3339 or a duration before now (
 	})
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "re-drive dead-lettered outbox rows")
 	fl.BoolVar(&f.receipts, "receipts", false, "re-run receipts that did not apply (see --outcome)")
-	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of unmatched, guard_failed, guard_error, parked, expired (default unmatched,guard_failed,guard_error)")
+	fl.StringSliceVar(&f.outcomes, "outcome", nil, "with --receipts: the outcomes to re-run, of "+receipt.JoinOutcomes(receipt.ReplayableOutcomes)+" (default "+strings.Join(outbox.DefaultReplayOutcomes, ",")+")")
 	addSelectionFlags(fl, &f.selectionFlags, "dead-lettered (or received)", "outbox ids with --dead-letters, receipt ids with --receipts", "replayed")
 	return cmd
 }

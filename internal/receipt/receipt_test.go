@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -337,6 +338,36 @@ func TestReprocessGuardFailedAfterFix(t *testing.T) {
 	}
 	if got := f.str(`SELECT status FROM public.orders WHERE client_txn_id = 'txn-7'`); got != "paid" {
 		t.Fatalf("status = %s", got)
+	}
+}
+
+// A transition for a new event type reaches the replicas one by one: a replica still on
+// the old machine stores the type's events as unhandled. A replay under the new machine
+// applies them, once, with the dedupe key a first delivery would have had.
+func TestReprocessUnhandledAfterATransitionIsAdded(t *testing.T) {
+	t.Parallel()
+	before := endpointSpec(v1alpha1.UnmatchedRecord, nil)
+	before.Spec.StateMachine.Transitions = slices.DeleteFunc(before.Spec.StateMachine.Transitions,
+		func(tr v1alpha1.Transition) bool { return tr.Name == "fail" })
+	f := newFixture(t, before)
+	f.managedEntity("order-4", "payment_pending", 0)
+	r := f.record(ev("evt_fail", "payment_intent.payment_failed", "order-4", 0, t0))
+	if r.Outcome != OutcomeUnhandled {
+		t.Fatalf("under the old machine: %+v", r)
+	}
+	if got, err := f.rec.Reprocess(f.ctx, r.ReceiptID); err != nil || got.Outcome != OutcomeUnhandled {
+		t.Fatalf("replayed under the old machine: %+v %v, want unhandled again", got, err)
+	}
+	after := NewRecorder(f.pool, f.compile(endpointSpec(v1alpha1.UnmatchedRecord, nil)))
+	got, err := after.Reprocess(f.ctx, r.ReceiptID)
+	if err != nil || got.Outcome != OutcomeApplied || got.ToState != "failed" {
+		t.Fatalf("replayed under the new machine: %+v %v", got, err)
+	}
+	if again, err := after.Reprocess(f.ctx, r.ReceiptID); err != nil || !again.Duplicate || again.Outcome != OutcomeApplied {
+		t.Fatalf("second replay: %+v %v", again, err)
+	}
+	if state := f.str(`SELECT state FROM hk.entities WHERE entity_key = 'order-4'`); state != "failed" {
+		t.Fatalf("entity state = %s, want failed", state)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -16,17 +18,28 @@ var ErrReceiptNotFound = errors.New("receipt not found")
 // (spec.retention.payloadFor) or an erasure removed: it cannot run again.
 var ErrPayloadRemoved = errors.New("its payload was removed by retention or an erasure")
 
-// Replayable reports whether Reprocess may still apply a receipt with this outcome.
-func Replayable(o Outcome) bool {
-	switch o {
-	case OutcomeUnmatched, OutcomeGuardFailed, OutcomeGuardError, OutcomeParked, OutcomeExpired:
-		return true
+// ReplayableOutcomes are the outcomes Reprocess may still apply, in the order docs and
+// messages list them. unhandled is among them for the events delivered while a new
+// transition for their type was rolling out: the replicas still on the old machine
+// stored them as unhandled, and a replay re-runs them through the current one. An
+// outcome that is final (applied, ignored_state) is not.
+var ReplayableOutcomes = []Outcome{OutcomeUnmatched, OutcomeGuardFailed, OutcomeGuardError,
+	OutcomeParked, OutcomeExpired, OutcomeUnhandled}
+
+// JoinOutcomes writes outcomes as a list for messages and help: "a, b, c".
+func JoinOutcomes(outcomes []Outcome) string {
+	names := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		names[i] = string(o)
 	}
-	return false
+	return strings.Join(names, ", ")
 }
 
-// Reprocess re-runs a stored receipt whose outcome is replayable (unmatched,
-// guard_failed, guard_error, parked, expired) through the same decision as a delivery,
+// Replayable reports whether Reprocess may still apply a receipt with this outcome.
+func Replayable(o Outcome) bool { return slices.Contains(ReplayableOutcomes, o) }
+
+// Reprocess re-runs a stored receipt whose outcome is replayable (ReplayableOutcomes)
+// through the same decision as a delivery,
 // in one transaction: it locks the entity, re-reads the receipt under that lock (so
 // concurrent replays of one receipt serialise), decides, applies, writes the outbox row
 // with the same dedupe key a first delivery would have written, releases the parked

@@ -120,7 +120,8 @@ func (p Params) Check(n Names) error {
 		}
 		for _, o := range p.Selection.Outcomes {
 			if !receipt.Replayable(receipt.Outcome(o)) {
-				return fmt.Errorf("%s %q: a replay re-runs only unmatched, guard_failed, guard_error, parked and expired receipts", n.Outcomes, o)
+				return fmt.Errorf("%s %q: a replay re-runs only receipts whose outcome is one of %s",
+					n.Outcomes, o, receipt.JoinOutcomes(receipt.ReplayableOutcomes))
 			}
 		}
 	case v1alpha1.ReplayActionDiscard:
