@@ -333,9 +333,13 @@ type DatabaseSpec struct {
 	// (CloudNativePG's <cluster>-app Secret, key uri, works as is).
 	URLSecretRef corev1.SecretKeySelector `json:"urlSecretRef"`
 
-	// schema holds hookkeeper's tables; it is created by the migration Job.
+	// schema holds hookkeeper's tables; it is created by the migration Job. It is
+	// immutable: the receipts that make a copy of an event a duplicate live in it, so
+	// an endpoint on a new, empty schema would apply again every event its provider
+	// re-sends. To move, create a new endpoint (docs/operations.md).
 	// +kubebuilder:default=hookkeeper
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="schema is immutable: the receipts that make a re-sent event a duplicate live in it; create a new endpoint to use another schema"
 	// +optional
 	Schema string `json:"schema,omitempty"`
 
