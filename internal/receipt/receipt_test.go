@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/outbox"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -358,10 +360,14 @@ func TestReprocessUnhandledAfterATransitionIsAdded(t *testing.T) {
 	if got, err := f.rec.Reprocess(f.ctx, r.ReceiptID); err != nil || got.Outcome != OutcomeUnhandled {
 		t.Fatalf("replayed under the old machine: %+v %v, want unhandled again", got, err)
 	}
+	// `hookkeeper replay --receipts --outcome unhandled` under the new machine.
 	after := NewRecorder(f.pool, f.compile(endpointSpec(v1alpha1.UnmatchedRecord, nil)))
-	got, err := after.Reprocess(f.ctx, r.ReceiptID)
-	if err != nil || got.Outcome != OutcomeApplied || got.ToState != "failed" {
-		t.Fatalf("replayed under the new machine: %+v %v", got, err)
+	sel := outbox.Selection{Endpoint: f.ep.Key(), Outcomes: []string{string(OutcomeUnhandled)}}
+	var got Result
+	reprocess := func(ctx context.Context, id int64) (err error) { got, err = after.Reprocess(ctx, id); return err }
+	rep, err := outbox.ReplayReceipts(f.ctx, f.pool, store.TablesIn(schema), sel, reprocess, outbox.ReplayOptions{})
+	if err != nil || rep.Selected != 1 || got.Outcome != OutcomeApplied || got.ToState != "failed" {
+		t.Fatalf("replayed under the new machine: %+v, report %+v, %v", got, rep, err)
 	}
 	if again, err := after.Reprocess(f.ctx, r.ReceiptID); err != nil || !again.Duplicate || again.Outcome != OutcomeApplied {
 		t.Fatalf("second replay: %+v %v", again, err)
