@@ -230,6 +230,13 @@ func testDeployment(t *testing.T, c *testCluster) {
 	}}, corev1.EnvVar{Name: "NAME", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
 	}}, corev1.EnvVar{Name: "GREETING", Value: "$(MODE)-$(NAME)-$(UNDEFINED)"})
+	// envFrom: the Secret's keys with a prefix, the ConfigMap's as they are, and an
+	// optional ConfigMap that does not exist, which adds nothing.
+	main.EnvFrom = []corev1.EnvFromSource{
+		{Prefix: "CREDS_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Optional: ptr.To(true)}},
+	}
 	main.ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
 		PeriodSeconds: 1,
@@ -276,6 +283,8 @@ func testDeployment(t *testing.T, c *testCluster) {
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=TOKEN")).To(Equal(secretValue))
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=POD_IP")).To(Equal(p.Status.PodIP))
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=GREETING")).To(Equal("fast-" + p.Name + "-$(UNDEFINED)"))
+		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=CREDS_token")).To(Equal(secretValue))
+		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=mode")).To(Equal("fast"))
 	}
 
 	// The Service proxy forwards to the ready Pods, round robin.

@@ -39,29 +39,12 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	}
 
 	for _, from := range c.EnvFrom {
-		switch {
-		case from.ConfigMapRef != nil:
-			ref := from.ConfigMapRef
-			cm, found, err := getOptional(ctx, r.client.CoreV1().ConfigMaps(pod.Namespace).Get, "configMap", ref.Name, ref.Optional)
-			if err != nil {
-				return nil, nil, fmt.Errorf("envFrom %w", err)
-			}
-			if found {
-				for k, v := range cm.Data {
-					set(from.Prefix+k, v)
-				}
-			}
-		case from.SecretRef != nil:
-			ref := from.SecretRef
-			s, found, err := getOptional(ctx, r.client.CoreV1().Secrets(pod.Namespace).Get, "secret", ref.Name, ref.Optional)
-			if err != nil {
-				return nil, nil, fmt.Errorf("envFrom %w", err)
-			}
-			if found {
-				for k, v := range s.Data {
-					set(from.Prefix+k, string(v))
-				}
-			}
+		data, err := r.envFromData(ctx, pod.Namespace, from)
+		if err != nil {
+			return nil, nil, fmt.Errorf("envFrom %w", err)
+		}
+		for k, v := range data {
+			set(from.Prefix+k, v)
 		}
 	}
 
@@ -87,6 +70,33 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		args = append(args, expandVars(a, values))
 	}
 	return env, args, nil
+}
+
+// envFromData is what one envFrom source adds, by key: nothing when it is absent and
+// optional.
+func (r envResolver) envFromData(ctx context.Context, ns string, from corev1.EnvFromSource) (map[string]string, error) {
+	switch {
+	case from.ConfigMapRef != nil:
+		ref := from.ConfigMapRef
+		cm, found, err := getOptional(ctx, r.client.CoreV1().ConfigMaps(ns).Get, "configMap", ref.Name, ref.Optional)
+		if !found {
+			return nil, err
+		}
+		return cm.Data, nil
+	case from.SecretRef != nil:
+		ref := from.SecretRef
+		s, found, err := getOptional(ctx, r.client.CoreV1().Secrets(ns).Get, "secret", ref.Name, ref.Optional)
+		if !found {
+			return nil, err
+		}
+		data := make(map[string]string, len(s.Data))
+		for k, v := range s.Data {
+			data[k] = string(v)
+		}
+		return data, nil
+	default:
+		return nil, nil
+	}
 }
 
 // valueFrom resolves one env source; ok is false when an optional source is absent or
