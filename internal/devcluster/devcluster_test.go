@@ -266,7 +266,7 @@ func testDeployment(t *testing.T, c *testCluster) {
 		g.Expect(err).NotTo(HaveOccurred())
 		pods = nil
 		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && PodReady(&p) {
 				pods = append(pods, p)
 			}
 		}
@@ -324,15 +324,6 @@ func testDeployment(t *testing.T, c *testCluster) {
 	}).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	g.Consistently(func() string { return httpGet(t, "http://"+addr+"/") }).
 		WithTimeout(time.Second).WithPolling(100 * time.Millisecond).ShouldNot(Equal(victim.Name))
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // freshConnClient opens a connection per request, so that each request goes through the
@@ -394,7 +385,7 @@ func testJob(t *testing.T, c *testCluster, name string, exitCode int) {
 		term := p.Status.ContainerStatuses[0].State.Terminated
 		g.Expect(term).NotTo(BeNil())
 		g.Expect(term.ExitCode).To(Equal(int32(exitCode))) //nolint:gosec // 0 or 1
-		g.Expect(podReady(&p)).To(BeFalse())
+		g.Expect(PodReady(&p)).To(BeFalse())
 	}
 }
 
