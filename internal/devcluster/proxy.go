@@ -112,15 +112,11 @@ func (p *ServiceProxy) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watch services: %w", err)
 	}
-	informerCtx, stopInformers := context.WithCancel(context.Background())
-	factory.Start(informerCtx.Done())
-	defer func() {
-		stopInformers()
-		factory.Shutdown()
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced, pods.Informer().HasSynced, endpointSlices.Informer().HasSynced) {
-		return fmt.Errorf("sync service proxy caches: %w", ctx.Err())
+	stopInformers, err := startInformers(ctx, factory, services.Informer().HasSynced, pods.Informer().HasSynced, endpointSlices.Informer().HasSynced)
+	if err != nil {
+		return fmt.Errorf("sync service proxy caches: %w", err)
 	}
+	defer stopInformers()
 	close(p.ready)
 	<-ctx.Done()
 
