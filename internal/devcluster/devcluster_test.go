@@ -404,16 +404,9 @@ func testRestart(t *testing.T, c *testCluster) {
 	ns := c.namespace(t, "restart")
 	c.dumpLogsOnFailure(t, ns)
 	tmpl := podTemplate(nil, corev1.RestartPolicyAlways, "exit", "3")
-	_, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "crasher"},
-		Spec:       *tmpl.Spec.DeepCopy(),
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	c.createPod(g, ns, "crasher", tmpl.Spec)
 	g.Eventually(func(g Gomega) {
-		p, err := c.client.CoreV1().Pods(ns).Get(ctx, "crasher", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
-		cs := p.Status.ContainerStatuses[0]
+		p, cs := c.firstContainer(g, ns, "crasher")
 		g.Expect(cs.RestartCount).To(BeNumerically(">=", 2))
 		g.Expect(cs.LastTerminationState.Terminated).NotTo(BeNil())
 		g.Expect(cs.LastTerminationState.Terminated.ExitCode).To(Equal(int32(3)))
@@ -428,7 +421,6 @@ func testRestart(t *testing.T, c *testCluster) {
 
 func testLiveness(t *testing.T, c *testCluster) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	ns := c.namespace(t, "liveness")
 	c.dumpLogsOnFailure(t, ns)
 	tmpl := podTemplate(nil, corev1.RestartPolicyAlways, "serve", "8080")
@@ -445,16 +437,9 @@ func testLiveness(t *testing.T, c *testCluster) {
 		FailureThreshold:    2,
 	}
 	tmpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
-	_, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "unhealthy"},
-		Spec:       *tmpl.Spec.DeepCopy(),
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	c.createPod(g, ns, "unhealthy", tmpl.Spec)
 	g.Eventually(func(g Gomega) {
-		p, err := c.client.CoreV1().Pods(ns).Get(ctx, "unhealthy", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
-		cs := p.Status.ContainerStatuses[0]
+		_, cs := c.firstContainer(g, ns, "unhealthy")
 		g.Expect(cs.RestartCount).To(BeNumerically(">=", 1))
 		g.Expect(cs.LastTerminationState.Terminated).NotTo(BeNil())
 		g.Expect(cs.LastTerminationState.Terminated.Message).To(ContainSubstring("liveness probe failed"))
@@ -468,6 +453,24 @@ func testLiveness(t *testing.T, c *testCluster) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(strings.Count(string(logData), "listening on")).To(BeNumerically(">=", 2), "the process was started again")
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+}
+
+// createPod creates the Pod name in ns that runs spec.
+func (c *testCluster) createPod(g Gomega, ns, name string, spec corev1.PodSpec) {
+	_, err := c.client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       *spec.DeepCopy(),
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// firstContainer reads the Pod name of ns and the status of its first container; g
+// fails while the Pod reports none.
+func (c *testCluster) firstContainer(g Gomega, ns, name string) (*corev1.Pod, corev1.ContainerStatus) {
+	p, err := c.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+	return p, p.Status.ContainerStatuses[0]
 }
 
 func podDirNameFor(t *testing.T, c *testCluster, ns, name string) string {
