@@ -347,14 +347,10 @@ func (r *WebhookReplayReconciler) finished(rs *replayState, rec *replay.RunRecor
 	if rec.Starts > 1 {
 		msg += fmt.Sprintf(" (in %d attempts)", rec.Starts)
 	}
-	st.Message = msg
 	if rs.transitioned(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonReplaySucceeded) {
 		r.event(rs.wr, corev1.EventTypeNormal, EventReplayCompleted, "Replay", "%s", msg)
 	}
-	rs.set(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonReplaySucceeded, msg)
-	rs.set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonReplaySucceeded, msg)
-	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionReconciling)
-	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionStalled)
+	rs.show(metav1.ConditionTrue, metav1.ConditionTrue, "", ReasonReplaySucceeded, msg)
 }
 
 // waiting says the replay has not run yet, or runs, and will go on by itself.
@@ -362,11 +358,7 @@ func (r *WebhookReplayReconciler) waiting(rs *replayState, reason, msg string) {
 	if reason != ReasonReplayRunning && rs.transitioned(v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason) {
 		r.event(rs.wr, corev1.EventTypeWarning, EventReplayWaiting, "Replay", "%s", msg)
 	}
-	rs.wr.Status.Message = msg
-	rs.set(v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, reason, msg)
-	rs.set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-	rs.set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
-	meta.RemoveStatusCondition(&rs.wr.Status.Conditions, v1alpha1.ConditionStalled)
+	rs.show(metav1.ConditionUnknown, metav1.ConditionFalse, v1alpha1.ConditionReconciling, reason, msg)
 }
 
 // stalled says the replay cannot run until a person acts; msg says what to do.
@@ -374,11 +366,23 @@ func (r *WebhookReplayReconciler) stalled(rs *replayState, reason, msg string) {
 	if rs.transitioned(v1alpha1.ConditionStalled, metav1.ConditionTrue, reason) {
 		r.event(rs.wr, corev1.EventTypeWarning, EventReplayFailed, "Replay", "%s", msg)
 	}
+	rs.show(metav1.ConditionFalse, metav1.ConditionFalse, v1alpha1.ConditionStalled, reason, msg)
+}
+
+// show writes msg and the conditions of one of the replay's states (finished, waiting,
+// stalled): Succeeded and Ready as given, active (Reconciling, Stalled, or "" for
+// neither) True with reason, and the other of those two removed.
+func (rs *replayState) show(succeeded, ready metav1.ConditionStatus, active, reason, msg string) {
 	rs.wr.Status.Message = msg
-	rs.set(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg)
-	rs.set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-	rs.set(v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
-	meta.RemoveStatusCondition(&rs.wr.Status.Conditions, v1alpha1.ConditionReconciling)
+	rs.set(v1alpha1.ConditionSucceeded, succeeded, reason, msg)
+	rs.set(v1alpha1.ConditionReady, ready, reason, msg)
+	for _, c := range []string{v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled} {
+		if c == active {
+			rs.set(c, metav1.ConditionTrue, reason, msg)
+		} else {
+			meta.RemoveStatusCondition(&rs.wr.Status.Conditions, c)
+		}
+	}
 }
 
 func (rs *replayState) set(condType string, status metav1.ConditionStatus, reason, msg string) {

@@ -36,6 +36,44 @@ func newClient(t *testing.T) (client.Client, context.Context) {
 	return c, ctx
 }
 
+// admitted creates obj, which admission must accept, and deletes it when the test ends.
+func admitted(ctx context.Context, t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(ctx, obj); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), obj) })
+}
+
+// stored creates obj (admitted) and reads back into got what the API server stored,
+// defaults included.
+func stored(ctx context.Context, t *testing.T, c client.Client, obj, got client.Object) {
+	t.Helper()
+	admitted(ctx, t, c, obj)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+}
+
+// refused creates obj, which admission must refuse with an Invalid error mentioning
+// every one of want. An object accepted by mistake is deleted again.
+func refused(ctx context.Context, t *testing.T, c client.Client, obj client.Object, want ...string) {
+	t.Helper()
+	err := c.Create(ctx, obj)
+	if err == nil {
+		_ = c.Delete(context.Background(), obj)
+		t.Fatalf("admission accepted %T %s, want it refused mentioning %q", obj, obj.GetName(), want)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error, got %v", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err.Error(), w)
+		}
+	}
+}
+
 func validEndpoint(name string) *v1alpha1.WebhookEndpoint {
 	ref := func(n, k string) corev1.SecretKeySelector {
 		return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: n}, Key: k}
@@ -155,19 +193,7 @@ func TestCRDRejectsInvalidEndpoints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := validEndpoint(fmt.Sprintf("invalid-%d", i))
 			tc.mutate(w)
-			err := c.Create(ctx, w)
-			if err == nil {
-				_ = c.Delete(context.Background(), w)
-				t.Fatalf("admission accepted an invalid endpoint")
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not mention %q", err.Error(), want)
-				}
-			}
+			refused(ctx, t, c, w, tc.want...)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package v1alpha1_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,9 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -68,14 +65,8 @@ func TestDefaultsMatchTheAPIServer(t *testing.T) {
 				t.Fatal("Default changed nothing in a minimal endpoint")
 			}
 
-			if err := c.Create(ctx, in); err != nil {
-				t.Fatalf("create: %v", err)
-			}
-			t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
 			var got v1alpha1.WebhookEndpoint
-			if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
+			stored(ctx, t, c, in, &got)
 			if !reflect.DeepEqual(got.Spec, *want) {
 				t.Fatalf("the API server's defaults differ from WebhookEndpointSpec.Default (-apiserver +go):\n%s",
 					jsonDiff(t, got.Spec, *want))
@@ -102,14 +93,8 @@ func TestPoolDefaultsMatchTheAPIServer(t *testing.T) {
 		in := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-defaults-%d", i), Namespace: "default"}, Spec: spec}
 		want := spec.DeepCopy()
 		want.Default()
-		if err := c.Create(ctx, in); err != nil {
-			t.Fatalf("create: %v", err)
-		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
 		var got v1alpha1.WebhookReceiverPool
-		if err := c.Get(ctx, client.ObjectKeyFromObject(in), &got); err != nil {
-			t.Fatalf("get: %v", err)
-		}
+		stored(ctx, t, c, in, &got)
 		if !reflect.DeepEqual(got.Spec, *want) {
 			t.Errorf("pool %d: the API server's defaults differ from WebhookReceiverPoolSpec.Default (-apiserver +go):\n%s", i, jsonDiff(t, got.Spec, *want))
 		}
@@ -293,12 +278,5 @@ func jsonDiff(t *testing.T, a, b any) string {
 func TestPoolNameMustNameAService(t *testing.T) {
 	c, ctx := newClient(t)
 	pool := &v1alpha1.WebhookReceiverPool{ObjectMeta: metav1.ObjectMeta{Name: "shared.eu", Namespace: "default"}}
-	err := c.Create(ctx, pool)
-	if err == nil {
-		_ = c.Delete(context.Background(), pool)
-		t.Fatal("admission accepted a pool named shared.eu")
-	}
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name must be lower-case letters") {
-		t.Errorf("create: %v, want Invalid naming metadata.name", err)
-	}
+	refused(ctx, t, c, pool, "metadata.name must be lower-case letters")
 }

@@ -1,13 +1,10 @@
 package v1alpha1_test
 
 import (
-	"context"
-	"strings"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -36,17 +33,10 @@ func TestCRDRefetchBaseURLNeedsHTTPSOrAllowInsecureHTTP(t *testing.T) {
 				AllowInsecureHTTP: tc.insecure,
 				Transitions:       []string{"capture"},
 			}
-			err := c.Create(ctx, w)
-			if err == nil {
-				t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
-			}
-			switch {
-			case !tc.reject && err != nil:
-				t.Fatalf("create: %v", err)
-			case tc.reject && err == nil:
-				t.Fatal("admission accepted an http refetch.baseURL without allowInsecureHTTP")
-			case tc.reject && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "allowInsecureHTTP")):
-				t.Fatalf("want an Invalid error naming allowInsecureHTTP, got %v", err)
+			if tc.reject {
+				refused(ctx, t, c, w, "allowInsecureHTTP")
+			} else {
+				admitted(ctx, t, c, w)
 			}
 		})
 	}
@@ -55,30 +45,17 @@ func TestCRDRefetchBaseURLNeedsHTTPSOrAllowInsecureHTTP(t *testing.T) {
 // receiver.maxInFlight defaults to 64 and stays within 1..4096.
 func TestCRDMaxInFlightDefaultAndBounds(t *testing.T) {
 	c, ctx := newClient(t)
-	w := validEndpoint("max-in-flight-default")
-	if err := c.Create(ctx, w); err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
 	var got v1alpha1.WebhookEndpoint
-	if err := c.Get(ctx, client.ObjectKeyFromObject(w), &got); err != nil {
-		t.Fatal(err)
-	}
+	stored(ctx, t, c, validEndpoint("max-in-flight-default"), &got)
 	if got.Spec.Receiver.MaxInFlight != 64 {
 		t.Errorf("receiver.maxInFlight defaulted to %d, want 64", got.Spec.Receiver.MaxInFlight)
 	}
 	for i, n := range []int32{-1, 4097} {
-		w := validEndpoint("max-in-flight-" + string(rune('a'+i)))
-		w.Spec.Receiver.MaxInFlight = n
-		err := c.Create(ctx, w)
-		if err == nil {
-			_ = c.Delete(context.Background(), w)
-			t.Errorf("admission accepted maxInFlight %d", n)
-			continue
-		}
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "maxInFlight") {
-			t.Errorf("maxInFlight %d: want an Invalid error naming it, got %v", n, err)
-		}
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			w := validEndpoint("max-in-flight-" + string(rune('a'+i)))
+			w.Spec.Receiver.MaxInFlight = n
+			refused(ctx, t, c, w, "maxInFlight")
+		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package v1alpha1_test
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -75,19 +74,7 @@ func TestCRDRejectsInvalidReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := validReplay("invalid-replay-" + string(rune('a'+i)))
 			tc.mutate(w)
-			err := c.Create(ctx, w)
-			if err == nil {
-				_ = c.Delete(context.Background(), w)
-				t.Fatal("admission accepted an invalid WebhookReplay")
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
-			}
-			for _, want := range tc.want {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not mention %q", err.Error(), want)
-				}
-			}
+			refused(ctx, t, c, w, tc.want...)
 		})
 	}
 }
@@ -111,14 +98,8 @@ func TestCRDAdmitsReplaysAndDefaultsTheAction(t *testing.T) {
 			i++
 			spec.EndpointRef = w.Spec.EndpointRef
 			w.Spec = spec
-			if err := c.Create(ctx, w); err != nil {
-				t.Fatalf("create: %v", err)
-			}
-			t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
 			var got v1alpha1.WebhookReplay
-			if err := c.Get(ctx, client.ObjectKeyFromObject(w), &got); err != nil {
-				t.Fatal(err)
-			}
+			stored(ctx, t, c, w, &got)
 			want := spec.DeepCopy()
 			want.Default()
 			// Semantic: a metav1.Time read back is in the local zone.
@@ -133,10 +114,7 @@ func TestCRDAdmitsReplaysAndDefaultsTheAction(t *testing.T) {
 func TestCRDReplaySpecIsImmutable(t *testing.T) {
 	c, ctx := newClient(t)
 	w := validReplay("immutable")
-	if err := c.Create(ctx, w); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
+	admitted(ctx, t, c, w)
 	for name, mutate := range map[string]func(*v1alpha1.WebhookReplay){
 		"dryRun":   func(w *v1alpha1.WebhookReplay) { w.Spec.DryRun = true },
 		"ids":      func(w *v1alpha1.WebhookReplay) { w.Spec.IDs = []int64{7} },

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/user"
@@ -70,23 +69,10 @@ func runDiscard(ctx context.Context, f discardFlags, name string, stdout, stderr
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	sel, err := f.selection()
-	if err != nil {
+	if err := f.selectionFlags.apply(&p, "discarded", stdout, stderr); err != nil {
 		return err
 	}
-	p.Selection = sel
-	db, err := openEndpointDB(ctx, f.endpointFlags, name)
-	if err != nil {
-		return err
-	}
-	defer db.Pool.Close()
-	p.Options = f.replayOptions("discarded", stdout, stderr)
-	rep, err := replay.Run(ctx, db, p)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(stdout, rep.Summary())
-	return err
+	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
 }
 
 // osUser is the name of the user running the command, "" when unknown.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -70,15 +69,5 @@ func runErase(ctx context.Context, f eraseFlags, name string, stdout io.Writer) 
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	db, err := openEndpointDB(ctx, f.endpointFlags, name)
-	if err != nil {
-		return err
-	}
-	defer db.Pool.Close()
-	rep, err := replay.Run(ctx, db, p)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(stdout, rep.Summary())
-	return err
+	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
 }

@@ -24,7 +24,7 @@ import (
 func init() { rootCmd.AddCommand(newReplayCmd()) }
 
 // endpointFlags say which endpoint a command works on and how to reach its database;
-// replay and discard share them.
+// replay, discard and erase share them.
 type endpointFlags struct {
 	endpointFile string
 	kube         kubeFlags
@@ -122,18 +122,20 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	sel, err := f.selection()
-	if err != nil {
+	if err := f.selectionFlags.apply(&p, "replayed", stdout, stderr); err != nil {
 		return err
 	}
-	sel.Outcomes = f.outcomes
-	p.Selection = sel
-	db, err := openEndpointDB(ctx, f.endpointFlags, name)
+	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
+}
+
+// runOnEndpoint opens the endpoint's database, runs p on it and prints the summary:
+// what replay, discard and erase do once each has built and checked its params.
+func runOnEndpoint(ctx context.Context, f endpointFlags, name string, p replay.Params, stdout io.Writer) error {
+	db, err := openEndpointDB(ctx, f, name)
 	if err != nil {
 		return err
 	}
 	defer db.Pool.Close()
-	p.Options = f.replayOptions("replayed", stdout, stderr)
 	rep, err := replay.Run(ctx, db, p)
 	if err != nil {
 		return err
@@ -142,7 +144,7 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	return err
 }
 
-// endpointCommand makes cmd one that works on one endpoint (replay, discard): at most one
+// endpointCommand makes cmd one that works on one endpoint (replay, discard, erase): at most one
 // argument, NAME, the endpoint flags registered on it, and run called with NAME ("" when
 // absent) under a context that SIGTERM or an interrupt cancels. It returns cmd's flags
 // for the command's own.
@@ -188,6 +190,19 @@ func (f selectionFlags) selection() (outbox.Selection, error) {
 		return outbox.Selection{}, fmt.Errorf("--until: %w", err)
 	}
 	return outbox.Selection{Since: since, Until: until, IDs: f.ids}, nil
+}
+
+// apply sets p's selection from --since, --until and --id, keeping the outcomes p
+// already selects, and its options (replayOptions with verb).
+func (f selectionFlags) apply(p *replay.Params, verb string, stdout, stderr io.Writer) error {
+	sel, err := f.selection()
+	if err != nil {
+		return err
+	}
+	sel.Outcomes = p.Selection.Outcomes
+	p.Selection = sel
+	p.Options = f.replayOptions(verb, stdout, stderr)
+	return nil
 }
 
 // replayOptions print progress on stderr ("<verb> done/total", "listed" in a dry run)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
+	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
@@ -281,53 +283,18 @@ func resolveReceiverURL(ctx context.Context, kf kubeFlags, we *v1alpha1.WebhookE
 		return "", "", fmt.Errorf("find the receiver (or give --url): %w", getError(err, "pods", we.Namespace, "receiver pods of "+svcName))
 	}
 	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(&pod) {
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !devcluster.PodReady(&pod) {
 			continue
 		}
-		target, ok := podPort(&pod, port)
+		target, ok := devcluster.ServiceTargetPort(&pod, port)
 		if !ok {
 			continue
 		}
-		u := "http://" + netJoin(pod.Status.PodIP, target) + path
+		u := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(target))) + path
 		return u, fmt.Sprintf(" (pod %s of Service %s; from outside the cluster network, give --url)", pod.Name, svcName), nil
 	}
 	return "", "", fmt.Errorf("no ready receiver pod behind Service %s/%s: is the endpoint Ready (kubectl -n %s get webhookendpoints)? or give --url", //nolint:staticcheck // Service is the kind's name
 		we.Namespace, svcName, we.Namespace)
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podPort is the container port the Service port targets on pod.
-func podPort(pod *corev1.Pod, sp *corev1.ServicePort) (int32, bool) {
-	if sp.TargetPort.IntValue() > 0 {
-		return int32(sp.TargetPort.IntValue()), true //nolint:gosec // a port number
-	}
-	name := sp.TargetPort.String()
-	if name == "" || name == "0" {
-		return sp.Port, true
-	}
-	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == name {
-				return p.ContainerPort, true
-			}
-		}
-	}
-	return 0, false
-}
-
-func netJoin(ip string, port int32) string {
-	if strings.Contains(ip, ":") {
-		return "[" + ip + "]:" + strconv.Itoa(int(port))
-	}
-	return ip + ":" + strconv.Itoa(int(port))
 }
 
 var sendTestClient = &http.Client{Timeout: 30 * time.Second}

@@ -230,6 +230,13 @@ func testDeployment(t *testing.T, c *testCluster) {
 	}}, corev1.EnvVar{Name: "NAME", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
 	}}, corev1.EnvVar{Name: "GREETING", Value: "$(MODE)-$(NAME)-$(UNDEFINED)"})
+	// envFrom: the Secret's keys with a prefix, the ConfigMap's as they are, and an
+	// optional ConfigMap that does not exist, which adds nothing.
+	main.EnvFrom = []corev1.EnvFromSource{
+		{Prefix: "CREDS_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Optional: ptr.To(true)}},
+	}
 	main.ReadinessProbe = &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
 		PeriodSeconds: 1,
@@ -259,7 +266,7 @@ func testDeployment(t *testing.T, c *testCluster) {
 		g.Expect(err).NotTo(HaveOccurred())
 		pods = nil
 		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && PodReady(&p) {
 				pods = append(pods, p)
 			}
 		}
@@ -276,6 +283,8 @@ func testDeployment(t *testing.T, c *testCluster) {
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=TOKEN")).To(Equal(secretValue))
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=POD_IP")).To(Equal(p.Status.PodIP))
 		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=GREETING")).To(Equal("fast-" + p.Name + "-$(UNDEFINED)"))
+		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=CREDS_token")).To(Equal(secretValue))
+		g.Expect(httpGet(t, "http://"+p.Status.PodIP+":8080/env?name=mode")).To(Equal("fast"))
 	}
 
 	// The Service proxy forwards to the ready Pods, round robin.
@@ -315,15 +324,6 @@ func testDeployment(t *testing.T, c *testCluster) {
 	}).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	g.Consistently(func() string { return httpGet(t, "http://"+addr+"/") }).
 		WithTimeout(time.Second).WithPolling(100 * time.Millisecond).ShouldNot(Equal(victim.Name))
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // freshConnClient opens a connection per request, so that each request goes through the
@@ -385,7 +385,7 @@ func testJob(t *testing.T, c *testCluster, name string, exitCode int) {
 		term := p.Status.ContainerStatuses[0].State.Terminated
 		g.Expect(term).NotTo(BeNil())
 		g.Expect(term.ExitCode).To(Equal(int32(exitCode))) //nolint:gosec // 0 or 1
-		g.Expect(podReady(&p)).To(BeFalse())
+		g.Expect(PodReady(&p)).To(BeFalse())
 	}
 }
 
@@ -404,16 +404,9 @@ func testRestart(t *testing.T, c *testCluster) {
 	ns := c.namespace(t, "restart")
 	c.dumpLogsOnFailure(t, ns)
 	tmpl := podTemplate(nil, corev1.RestartPolicyAlways, "exit", "3")
-	_, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "crasher"},
-		Spec:       *tmpl.Spec.DeepCopy(),
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	c.createPod(g, ns, "crasher", tmpl.Spec)
 	g.Eventually(func(g Gomega) {
-		p, err := c.client.CoreV1().Pods(ns).Get(ctx, "crasher", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
-		cs := p.Status.ContainerStatuses[0]
+		p, cs := c.firstContainer(g, ns, "crasher")
 		g.Expect(cs.RestartCount).To(BeNumerically(">=", 2))
 		g.Expect(cs.LastTerminationState.Terminated).NotTo(BeNil())
 		g.Expect(cs.LastTerminationState.Terminated.ExitCode).To(Equal(int32(3)))
@@ -428,7 +421,6 @@ func testRestart(t *testing.T, c *testCluster) {
 
 func testLiveness(t *testing.T, c *testCluster) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	ns := c.namespace(t, "liveness")
 	c.dumpLogsOnFailure(t, ns)
 	tmpl := podTemplate(nil, corev1.RestartPolicyAlways, "serve", "8080")
@@ -445,16 +437,9 @@ func testLiveness(t *testing.T, c *testCluster) {
 		FailureThreshold:    2,
 	}
 	tmpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
-	_, err := c.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "unhealthy"},
-		Spec:       *tmpl.Spec.DeepCopy(),
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	c.createPod(g, ns, "unhealthy", tmpl.Spec)
 	g.Eventually(func(g Gomega) {
-		p, err := c.client.CoreV1().Pods(ns).Get(ctx, "unhealthy", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
-		cs := p.Status.ContainerStatuses[0]
+		_, cs := c.firstContainer(g, ns, "unhealthy")
 		g.Expect(cs.RestartCount).To(BeNumerically(">=", 1))
 		g.Expect(cs.LastTerminationState.Terminated).NotTo(BeNil())
 		g.Expect(cs.LastTerminationState.Terminated.Message).To(ContainSubstring("liveness probe failed"))
@@ -468,6 +453,24 @@ func testLiveness(t *testing.T, c *testCluster) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(strings.Count(string(logData), "listening on")).To(BeNumerically(">=", 2), "the process was started again")
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+}
+
+// createPod creates the Pod name in ns that runs spec.
+func (c *testCluster) createPod(g Gomega, ns, name string, spec corev1.PodSpec) {
+	_, err := c.client.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       *spec.DeepCopy(),
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// firstContainer reads the Pod name of ns and the status of its first container; g
+// fails while the Pod reports none.
+func (c *testCluster) firstContainer(g Gomega, ns, name string) (*corev1.Pod, corev1.ContainerStatus) {
+	p, err := c.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+	return p, p.Status.ContainerStatuses[0]
 }
 
 func podDirNameFor(t *testing.T, c *testCluster, ns, name string) string {

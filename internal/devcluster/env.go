@@ -39,29 +39,12 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	}
 
 	for _, from := range c.EnvFrom {
-		switch {
-		case from.ConfigMapRef != nil:
-			cm, err := r.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if apierrors.IsNotFound(err) && isOptional(from.ConfigMapRef.Optional) {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom configMap %q: %w", from.ConfigMapRef.Name, err)
-			}
-			for k, v := range cm.Data {
-				set(from.Prefix+k, v)
-			}
-		case from.SecretRef != nil:
-			s, err := r.client.CoreV1().Secrets(pod.Namespace).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if apierrors.IsNotFound(err) && isOptional(from.SecretRef.Optional) {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom secret %q: %w", from.SecretRef.Name, err)
-			}
-			for k, v := range s.Data {
-				set(from.Prefix+k, string(v))
-			}
+		data, err := r.envFromData(ctx, pod.Namespace, from)
+		if err != nil {
+			return nil, nil, fmt.Errorf("envFrom %w", err)
+		}
+		for k, v := range data {
+			set(from.Prefix+k, v)
 		}
 	}
 
@@ -89,6 +72,33 @@ func (r envResolver) resolve(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 	return env, args, nil
 }
 
+// envFromData is what one envFrom source adds, by key: nothing when it is absent and
+// optional.
+func (r envResolver) envFromData(ctx context.Context, ns string, from corev1.EnvFromSource) (map[string]string, error) {
+	switch {
+	case from.ConfigMapRef != nil:
+		ref := from.ConfigMapRef
+		cm, found, err := getOptional(ctx, r.client.CoreV1().ConfigMaps(ns).Get, "configMap", ref.Name, ref.Optional)
+		if !found {
+			return nil, err
+		}
+		return cm.Data, nil
+	case from.SecretRef != nil:
+		ref := from.SecretRef
+		s, found, err := getOptional(ctx, r.client.CoreV1().Secrets(ns).Get, "secret", ref.Name, ref.Optional)
+		if !found {
+			return nil, err
+		}
+		data := make(map[string]string, len(s.Data))
+		for k, v := range s.Data {
+			data[k] = string(v)
+		}
+		return data, nil
+	default:
+		return nil, nil
+	}
+}
+
 // valueFrom resolves one env source; ok is false when an optional source is absent or
 // the source is not supported here.
 func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.Container, e corev1.EnvVar, podIP, hostIP string) (string, bool, error) {
@@ -96,41 +106,27 @@ func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	switch {
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
-		s, err := r.client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) && isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("secret %q: %w", ref.Name, err)
+		s, found, err := getOptional(ctx, r.client.CoreV1().Secrets(pod.Namespace).Get, "secret", ref.Name, ref.Optional)
+		if err != nil || !found {
+			return "", false, err
 		}
-		v, found := s.Data[ref.Key]
-		if !found {
-			if isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("secret %q has no key %q", ref.Name, ref.Key)
+		if v, ok := s.Data[ref.Key]; ok {
+			return string(v), true, nil
 		}
-		return string(v), true, nil
+		return missingKey("secret", ref.Name, ref.Key, ref.Optional)
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
-		cm, err := r.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) && isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("configMap %q: %w", ref.Name, err)
+		cm, found, err := getOptional(ctx, r.client.CoreV1().ConfigMaps(pod.Namespace).Get, "configMap", ref.Name, ref.Optional)
+		if err != nil || !found {
+			return "", false, err
 		}
-		v, found := cm.Data[ref.Key]
-		if !found {
-			if bv, inBinary := cm.BinaryData[ref.Key]; inBinary {
-				return string(bv), true, nil
-			}
-			if isOptional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("configMap %q has no key %q", ref.Name, ref.Key)
+		if v, ok := cm.Data[ref.Key]; ok {
+			return v, true, nil
 		}
-		return v, true, nil
+		if bv, ok := cm.BinaryData[ref.Key]; ok {
+			return string(bv), true, nil
+		}
+		return missingKey("configMap", ref.Name, ref.Key, ref.Optional)
 	case src.FieldRef != nil:
 		v, err := podField(pod, src.FieldRef.FieldPath, podIP, hostIP)
 		if err != nil {
@@ -249,6 +245,30 @@ func formatMap(m map[string]string) string {
 }
 
 func isOptional(b *bool) bool { return b != nil && *b }
+
+// getOptional gets the ConfigMap or Secret (kind) name with get, as the kubelet reads an
+// env source: found is false, with no error, when it does not exist and optional allows
+// that; any other error names the object.
+func getOptional[T any](ctx context.Context, get func(context.Context, string, metav1.GetOptions) (T, error), kind, name string, optional *bool) (obj T, found bool, err error) {
+	obj, err = get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return obj, true, nil
+	case apierrors.IsNotFound(err) && isOptional(optional):
+		return obj, false, nil
+	default:
+		return obj, false, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+}
+
+// missingKey is valueFrom's answer for a key the ConfigMap or Secret (kind) lacks: the
+// variable is left unset when the reference is optional, else it is an error.
+func missingKey(kind, name, key string, optional *bool) (string, bool, error) {
+	if isOptional(optional) {
+		return "", false, nil
+	}
+	return "", false, fmt.Errorf("%s %q has no key %q", kind, name, key)
+}
 
 // expandVars replaces $(NAME) with the value of NAME when it is defined and leaves it
 // as written otherwise; $$ escapes a dollar sign. These are the kubelet's rules.

@@ -252,15 +252,11 @@ func (a *NodeAgent) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
-	informerCtx, stopInformers := context.WithCancel(context.Background())
-	factory.Start(informerCtx.Done())
-	defer func() {
-		stopInformers()
-		factory.Shutdown()
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), podInformer.Informer().HasSynced) {
-		return fmt.Errorf("sync pod informer: %w", ctx.Err())
+	stopInformers, err := startInformers(ctx, factory, podInformer.Informer().HasSynced)
+	if err != nil {
+		return fmt.Errorf("sync pod informer: %w", err)
 	}
+	defer stopInformers()
 
 	var heartbeat sync.WaitGroup
 	heartbeat.Add(1)

@@ -112,15 +112,11 @@ func (p *ServiceProxy) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watch services: %w", err)
 	}
-	informerCtx, stopInformers := context.WithCancel(context.Background())
-	factory.Start(informerCtx.Done())
-	defer func() {
-		stopInformers()
-		factory.Shutdown()
-	}()
-	if !cache.WaitForCacheSync(ctx.Done(), services.Informer().HasSynced, pods.Informer().HasSynced, endpointSlices.Informer().HasSynced) {
-		return fmt.Errorf("sync service proxy caches: %w", ctx.Err())
+	stopInformers, err := startInformers(ctx, factory, services.Informer().HasSynced, pods.Informer().HasSynced, endpointSlices.Informer().HasSynced)
+	if err != nil {
+		return fmt.Errorf("sync service proxy caches: %w", err)
 	}
+	defer stopInformers()
 	close(p.ready)
 	<-ctx.Done()
 
@@ -337,10 +333,10 @@ func (p *ServiceProxy) podEndpoints(svc *corev1.Service, sp *corev1.ServicePort)
 		if pod.Status.PodIP == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		if !svc.Spec.PublishNotReadyAddresses && !isPodReady(pod) {
+		if !svc.Spec.PublishNotReadyAddresses && !PodReady(pod) {
 			continue
 		}
-		port, ok := targetPort(pod, sp)
+		port, ok := ServiceTargetPort(pod, sp)
 		if !ok {
 			continue
 		}
@@ -349,7 +345,9 @@ func (p *ServiceProxy) podEndpoints(svc *corev1.Service, sp *corev1.ServicePort)
 	return out
 }
 
-func isPodReady(pod *corev1.Pod) bool {
+// PodReady reports whether pod's Ready condition is True: whether a Service sends it
+// traffic.
+func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
@@ -358,7 +356,10 @@ func isPodReady(pod *corev1.Pod) bool {
 	return false
 }
 
-func targetPort(pod *corev1.Pod, sp *corev1.ServicePort) (int32, bool) {
+// ServiceTargetPort is the container port of pod that the Service port sp targets, as
+// kube-proxy resolves it: a named targetPort by the TCP container port of that name
+// (false when pod has none), a numbered one as it is, none as sp's own port.
+func ServiceTargetPort(pod *corev1.Pod, sp *corev1.ServicePort) (int32, bool) {
 	switch {
 	case sp.TargetPort.Type == intstr.String && sp.TargetPort.StrVal != "":
 		for _, c := range pod.Spec.Containers {

@@ -60,29 +60,34 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if a.ready != nil {
-		if err := a.ready(ctx); err != nil {
-			a.log.V(1).Info("readiness check failed", "error", err.Error())
-			writePlain(w, http.StatusServiceUnavailable, err.Error()+"\n")
-			return
-		}
-		writePlain(w, http.StatusOK, "ok\n")
+	if answer, err := a.notReady(ctx); err != nil {
+		a.log.V(1).Info("readiness check failed", "error", err.Error())
+		writePlain(w, http.StatusServiceUnavailable, answer+"\n")
 		return
 	}
+	writePlain(w, http.StatusOK, "ok\n")
+}
+
+// notReady runs the readiness checks: ready alone when set, else the database ping and
+// then the schema. It returns the first failure and what the probe answers with it.
+func (a *admin) notReady(ctx context.Context) (answer string, err error) {
+	if a.ready != nil {
+		if err := a.ready(ctx); err != nil {
+			return err.Error(), err
+		}
+		return "", nil
+	}
 	if err := a.db.Ping(ctx); err != nil {
-		a.log.V(1).Info("readiness check failed", "error", err.Error())
-		writePlain(w, http.StatusServiceUnavailable, "database unreachable\n")
-		return
+		// The driver's error may name the URL: the probe's answer does not.
+		return "database unreachable", err
 	}
 	if a.schema != nil {
 		if err := a.schema(ctx); err != nil {
 			// The message names the schema and the versions, never the URL.
-			a.log.V(1).Info("readiness check failed", "error", err.Error())
-			writePlain(w, http.StatusServiceUnavailable, err.Error()+"\n")
-			return
+			return err.Error(), err
 		}
 	}
-	writePlain(w, http.StatusOK, "ok\n")
+	return "", nil
 }
 
 func writePlain(w http.ResponseWriter, code int, body string) {
