@@ -2,9 +2,11 @@ package v1alpha1_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -66,18 +68,12 @@ func TestCRDDatabaseSchemaIsImmutable(t *testing.T) {
 	c, ctx := newClient(t)
 	w := validEndpoint("schema-immutable")
 	w.Spec.Database.Schema = "payments"
-	if err := c.Create(ctx, w); err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), w) })
-
+	var cur v1alpha1.WebhookEndpoint
+	stored(ctx, t, c, w, &cur)
 	for _, schema := range []string{"payments_v2", ""} {
-		cur := w.DeepCopy()
-		if err := c.Get(ctx, client.ObjectKeyFromObject(w), cur); err != nil {
-			t.Fatal(err)
-		}
-		cur.Spec.Database.Schema = schema
-		err := c.Update(ctx, cur)
+		moved := cur.DeepCopy()
+		moved.Spec.Database.Schema = schema
+		err := c.Update(ctx, moved)
 		if err == nil {
 			t.Fatalf("admission accepted moving the endpoint from schema payments to %q", schema)
 		}
@@ -85,14 +81,9 @@ func TestCRDDatabaseSchemaIsImmutable(t *testing.T) {
 			t.Fatalf("schema %q: want an Invalid error saying the schema is immutable, got %v", schema, err)
 		}
 	}
-
-	cur := w.DeepCopy()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(w), cur); err != nil {
-		t.Fatal(err)
-	}
 	cur.Spec.Database.MaxConnections = 20
 	cur.Spec.Database.URLSecretRef.Key = "uri-rotated"
-	if err := c.Update(ctx, cur); err != nil {
+	if err := c.Update(ctx, &cur); err != nil {
 		t.Fatalf("changing maxConnections and the URL's Secret key: %v", err)
 	}
 }
