@@ -22,83 +22,59 @@ const (
 var (
 	// Requests counts webhook requests by HTTP status code and outcome (applied,
 	// ignored_state, guard_failed, unmatched, unhandled, duplicate, rejected, error).
-	Requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_webhook_requests_total",
-		Help: "Webhook requests by HTTP status code and outcome.",
-	}, []string{LabelEndpoint, LabelCode, LabelOutcome})
+	Requests = endpointCounter("hookkeeper_webhook_requests_total",
+		"Webhook requests by HTTP status code and outcome.", LabelCode, LabelOutcome)
 
 	// RequestDuration is the time from first byte to response.
-	RequestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "hookkeeper_webhook_request_duration_seconds",
-		Help:    "Webhook request latency, body read to response written.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	}, []string{LabelEndpoint})
+	RequestDuration = endpointHistogram("hookkeeper_webhook_request_duration_seconds",
+		"Webhook request latency, body read to response written.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5})
 
 	// Duplicates counts authentic deliveries of an already recorded event.
-	Duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_webhook_duplicates_total",
-		Help: "Authentic deliveries of an event that was already recorded (acknowledged, no effects).",
-	}, []string{LabelEndpoint})
+	Duplicates = endpointCounter("hookkeeper_webhook_duplicates_total",
+		"Authentic deliveries of an event that was already recorded (acknowledged, no effects).")
 
 	// SignatureFailures counts rejected signatures by reason (signature.Reason).
-	SignatureFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_webhook_signature_failures_total",
-		Help: "Requests rejected before anything was stored, by signature failure reason.",
-	}, []string{LabelEndpoint, LabelReason})
+	SignatureFailures = endpointCounter("hookkeeper_webhook_signature_failures_total",
+		"Requests rejected before anything was stored, by signature failure reason.", LabelReason)
 
 	// Transitions counts decisions by outcome (applied, parked, ignored_state,
 	// guard_failed, guard_error, unmatched, unhandled): one per recorded event, and one
 	// more each time a parked event is released (applied or closed).
-	Transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_transitions_total",
-		Help: "Recorded events by state-machine outcome.",
-	}, []string{LabelEndpoint, LabelOutcome})
+	Transitions = endpointCounter("hookkeeper_transitions_total",
+		"Recorded events by state-machine outcome.", LabelOutcome)
 
 	// GuardErrors counts guards that failed to evaluate, by transition: the event was
 	// recorded as guard_error and nothing applied.
-	GuardErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_guard_errors_total",
-		Help: "Events recorded as guard_error (a guard failed to evaluate), by transition.",
-	}, []string{LabelEndpoint, LabelTransition})
+	GuardErrors = endpointCounter("hookkeeper_guard_errors_total",
+		"Events recorded as guard_error (a guard failed to evaluate), by transition.", LabelTransition)
 
 	// ParkedEvents is how many events wait for their entity (outcome parked).
-	ParkedEvents = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_parked_events",
-		Help: "Events parked until their entity reaches a state they apply from.",
-	}, []string{LabelEndpoint})
+	ParkedEvents = endpointGauge("hookkeeper_parked_events",
+		"Events parked until their entity reaches a state they apply from.")
 
 	// ParkedOldestAge is the age of the oldest parked event.
-	ParkedOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_parked_oldest_age_seconds",
-		Help: "Age of the oldest parked event, 0 when none.",
-	}, []string{LabelEndpoint})
+	ParkedOldestAge = endpointGauge("hookkeeper_parked_oldest_age_seconds",
+		"Age of the oldest parked event, 0 when none.")
 
 	// ParkedExpired counts parked events that waited longer than stateMachine.parkFor.
-	ParkedExpired = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_parked_expired_total",
-		Help: "Parked events recorded as expired after stateMachine.parkFor.",
-	}, []string{LabelEndpoint})
+	ParkedExpired = endpointCounter("hookkeeper_parked_expired_total",
+		"Parked events recorded as expired after stateMachine.parkFor.")
 
 	// RetentionRemoved counts rows retention pruned, by kind: payloads (a receipt's
 	// payload and headers), receipts (dedupe records), deliveries (delivered outbox rows).
-	RetentionRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_retention_removed_total",
-		Help: "Rows removed by spec.retention, by kind (payloads, receipts, deliveries).",
-	}, []string{LabelEndpoint, "kind"})
+	RetentionRemoved = endpointCounter("hookkeeper_retention_removed_total",
+		"Rows removed by spec.retention, by kind (payloads, receipts, deliveries).", "kind")
 
 	// InFlight is the webhook requests a receiver is handling now (spec.receiver.maxInFlight
 	// caps it).
-	InFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_webhook_in_flight_requests",
-		Help: "Webhook requests being handled by this receiver now.",
-	}, []string{LabelEndpoint})
+	InFlight = endpointGauge("hookkeeper_webhook_in_flight_requests",
+		"Webhook requests being handled by this receiver now.")
 
 	// Overloaded counts requests refused with 503 because maxInFlight requests were
 	// already being handled.
-	Overloaded = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_webhook_overloaded_total",
-		Help: "Webhook requests refused with 503 and Retry-After because spec.receiver.maxInFlight requests were in flight.",
-	}, []string{LabelEndpoint})
+	Overloaded = endpointCounter("hookkeeper_webhook_overloaded_total",
+		"Webhook requests refused with 503 and Retry-After because spec.receiver.maxInFlight requests were in flight.")
 
 	// PoolOverloaded counts requests a receiver pool pod refused with 503 because its
 	// spec.maxInFlight requests (all endpoints together) were already being handled.
@@ -109,90 +85,96 @@ var (
 
 	// RejectionLogsSuppressed counts rejection log lines left out by the rate limit
 	// (the requests themselves are counted in full by the other metrics).
-	RejectionLogsSuppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_webhook_rejection_logs_suppressed_total",
-		Help: "Rejection log lines left out by the per-reason rate limit.",
-	}, []string{LabelEndpoint, LabelReason})
+	RejectionLogsSuppressed = endpointCounter("hookkeeper_webhook_rejection_logs_suppressed_total",
+		"Rejection log lines left out by the per-reason rate limit.", LabelReason)
 
 	// GroupSize is how many deliveries shared each receipt transaction (group commit).
-	GroupSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "hookkeeper_receipt_group_size",
-		Help:    "Deliveries committed per receipt transaction (group commit; 1 = alone).",
-		Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
-	}, []string{LabelEndpoint})
+	GroupSize = endpointHistogram("hookkeeper_receipt_group_size",
+		"Deliveries committed per receipt transaction (group commit; 1 = alone).",
+		[]float64{1, 2, 4, 8, 16, 32, 64})
 )
 
 // Dispatcher metrics.
 var (
 	// OutboxBacklog is the number of undelivered, not dead outbox rows.
-	OutboxBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_outbox_backlog",
-		Help: "Outbox rows not yet delivered and not dead.",
-	}, []string{LabelEndpoint})
+	OutboxBacklog = endpointGauge("hookkeeper_outbox_backlog",
+		"Outbox rows not yet delivered and not dead.")
 
 	// OutboxOldestAge is the age of the oldest undelivered row: the best lag signal.
-	OutboxOldestAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_outbox_oldest_undelivered_age_seconds",
-		Help: "Age of the oldest undelivered, not dead outbox row (0 when none).",
-	}, []string{LabelEndpoint})
+	OutboxOldestAge = endpointGauge("hookkeeper_outbox_oldest_undelivered_age_seconds",
+		"Age of the oldest undelivered, not dead outbox row (0 when none).")
 
 	// OutboxDead is the number of dead-lettered rows not discarded.
-	OutboxDead = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_outbox_dead_letters",
-		Help: "Outbox rows dead-lettered after maxAttempts or a 410 from the sink, and not discarded.",
-	}, []string{LabelEndpoint})
+	OutboxDead = endpointGauge("hookkeeper_outbox_dead_letters",
+		"Outbox rows dead-lettered after maxAttempts or a 410 from the sink, and not discarded.")
 
 	// SinkDown is 1 while the endpoint's dispatchers hold deliveries because the sink is
 	// down (consecutive unavailable answers), 0 otherwise. Every replica reports the
 	// state they share.
-	SinkDown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "hookkeeper_outbox_sink_down",
-		Help: "1 while the dispatchers hold deliveries and probe because the sink is down, else 0.",
-	}, []string{LabelEndpoint})
+	SinkDown = endpointGauge("hookkeeper_outbox_sink_down",
+		"1 while the dispatchers hold deliveries and probe because the sink is down, else 0.")
 
 	// Deliveries counts delivery attempts by result (delivered, retry, dead).
-	Deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hookkeeper_outbox_deliveries_total",
-		Help: "Delivery attempts by result: delivered, retry or dead.",
-	}, []string{LabelEndpoint, LabelResult})
+	Deliveries = endpointCounter("hookkeeper_outbox_deliveries_total",
+		"Delivery attempts by result: delivered, retry or dead.", LabelResult)
 
 	// DeliveryAttempts is the attempt number at which rows were delivered or died.
-	DeliveryAttempts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "hookkeeper_outbox_delivery_attempts",
-		Help:    "Attempts a row needed before it was delivered or dead-lettered.",
-		Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 20, 50, 100},
-	}, []string{LabelEndpoint})
+	DeliveryAttempts = endpointHistogram("hookkeeper_outbox_delivery_attempts",
+		"Attempts a row needed before it was delivered or dead-lettered.",
+		[]float64{1, 2, 3, 4, 6, 8, 12, 20, 50, 100})
 
 	// CommitToDelivery is the time from the outbox row's commit to the sink's 2xx.
-	CommitToDelivery = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "hookkeeper_outbox_commit_to_delivery_seconds",
-		Help:    "Time from outbox commit to a 2xx from the sink.",
-		Buckets: []float64{.005, .01, .025, .05, .1, .2, .5, 1, 5, 30, 300},
-	}, []string{LabelEndpoint})
+	CommitToDelivery = endpointHistogram("hookkeeper_outbox_commit_to_delivery_seconds",
+		"Time from outbox commit to a 2xx from the sink.",
+		[]float64{.005, .01, .025, .05, .1, .2, .5, 1, 5, 30, 300})
 )
+
+// endpointCounter is a counter labelled by endpoint, then by labels.
+func endpointCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append([]string{LabelEndpoint}, labels...))
+}
+
+// endpointGauge is a gauge labelled by endpoint.
+func endpointGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{LabelEndpoint})
+}
+
+// endpointHistogram is a histogram labelled by endpoint.
+func endpointHistogram(name, help string, buckets []float64) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{LabelEndpoint})
+}
+
+// endpointMetric is a metric labelled by endpoint.
+type endpointMetric interface {
+	prometheus.Collector
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// endpointMetrics is every metric labelled by endpoint: the one list Register adds and
+// Forget removes an endpoint's series from, so that no metric is exported and then
+// never forgotten.
+func endpointMetrics() []endpointMetric {
+	return []endpointMetric{
+		Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GuardErrors,
+		ParkedEvents, ParkedOldestAge, ParkedExpired, RetentionRemoved, InFlight, Overloaded,
+		RejectionLogsSuppressed, GroupSize, OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown,
+		Deliveries, DeliveryAttempts, CommitToDelivery,
+	}
+}
 
 // Register adds every metric to reg. Call it once per registry.
 func Register(reg prometheus.Registerer) {
-	reg.MustRegister(GuardErrors, ParkedEvents, ParkedOldestAge, ParkedExpired, RetentionRemoved)
-	reg.MustRegister(Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GroupSize,
-		InFlight, Overloaded, PoolOverloaded, RejectionLogsSuppressed,
-		OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown, Deliveries, DeliveryAttempts, CommitToDelivery)
+	reg.MustRegister(PoolOverloaded)
+	for _, m := range endpointMetrics() {
+		reg.MustRegister(m)
+	}
 }
 
 // Forget removes every series of endpoint, so a receiver pool that stops serving an
 // endpoint stops exporting it.
 func Forget(endpoint string) {
 	match := prometheus.Labels{LabelEndpoint: endpoint}
-	for _, v := range []interface {
-		DeletePartialMatch(prometheus.Labels) int
-	}{
-		Requests.MetricVec, RequestDuration.MetricVec, Duplicates.MetricVec, SignatureFailures.MetricVec,
-		Transitions.MetricVec, GuardErrors.MetricVec, ParkedEvents.MetricVec, ParkedOldestAge.MetricVec,
-		ParkedExpired.MetricVec, RetentionRemoved.MetricVec, InFlight.MetricVec, Overloaded.MetricVec,
-		RejectionLogsSuppressed.MetricVec, GroupSize.MetricVec, OutboxBacklog.MetricVec, OutboxOldestAge.MetricVec,
-		OutboxDead.MetricVec, SinkDown.MetricVec, Deliveries.MetricVec, DeliveryAttempts.MetricVec,
-		CommitToDelivery.MetricVec,
-	} {
-		v.DeletePartialMatch(match)
+	for _, m := range endpointMetrics() {
+		m.DeletePartialMatch(match)
 	}
 }

@@ -56,25 +56,15 @@ func TestAdversarialRetryAfterOutlivesTheOutageEnd(t *testing.T) {
 		available_at = now() + interval '1 hour', last_error = 'sink answered 503' WHERE id = $1`, db.tables.Outbox), backedOff); err != nil {
 		t.Fatal(err)
 	}
-	opts := db.options(t, s.URL)
+	opts := db.probingOptions(t, s.URL)
 	opts.SinkDownAfter = 1
-	opts.BackoffInitial, opts.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
-	opts.ProbeIntervalMax = 50 * time.Millisecond
-	opts.PollInterval = 20 * time.Millisecond
 	start(t, db.pool, opts)
-	ctx := context.Background()
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the 429 takes the sink down", func() bool {
-		h, err := ReadSinkHealth(ctx, db.pool, db.tables, testEndpoint)
-		return err == nil && h.Down
-	})
+	db.awaitSinkHealth(t, "the 429 takes the sink down", func(h SinkHealth) bool { return h.Down })
 	other := db.insert(t, outboxRow{Entity: "other", Seq: 0})[0]
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the probe delivers the other row", func() bool {
 		return db.state(t, other).Delivered
 	})
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the outage ends", func() bool {
-		h, err := ReadSinkHealth(ctx, db.pool, db.tables, testEndpoint)
-		return err == nil && !h.Down && h.RecoveredAt != nil
-	})
+	db.awaitSinkHealth(t, "the outage ends", func(h SinkHealth) bool { return !h.Down && h.RecoveredAt != nil })
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the backed-off row made due and delivered", func() bool {
 		return db.state(t, backedOff).Delivered
 	})
@@ -123,6 +113,93 @@ func startChildDispatcher(t *testing.T, db *testDB, test, sinkURL string) (kill 
 	return kill
 }
 
+// lockingSink answers a row's first request 2xx only after it has locked the row in a
+// transaction of its own, so that the dispatcher's record of that 2xx waits for the lock
+// until the test releases it (or the test ends); later requests of the row it answers
+// 2xx at once.
+type lockingSink struct {
+	*sink
+	db *testDB
+
+	mu    sync.Mutex
+	locks map[string]pgx.Tx // by row (dedupe key); nil once released
+	errs  []error
+}
+
+func newLockingSink(t *testing.T, db *testDB) *lockingSink {
+	s := &lockingSink{db: db, locks: map[string]pgx.Tx{}}
+	s.sink = newSink(t, s.lock)
+	t.Cleanup(func() { _ = s.release() })
+	return s
+}
+
+func (s *lockingSink) lock(a arrival, _ int) int {
+	ctx := context.Background()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := a.Envelope.ID
+	if _, seen := s.locks[row]; seen {
+		return http.StatusOK
+	}
+	tx, err := s.db.pool.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE dedupe_key = $1 FOR UPDATE`, s.db.tables.Outbox), row)
+	}
+	if err != nil {
+		s.errs = append(s.errs, err)
+		return http.StatusInternalServerError
+	}
+	s.locks[row] = tx
+	return http.StatusOK
+}
+
+// release rolls back every lock the sink holds.
+func (s *lockingSink) release() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for row, tx := range s.locks {
+		if tx == nil {
+			continue
+		}
+		if err := tx.Rollback(context.Background()); err != nil {
+			errs = append(errs, fmt.Errorf("release the lock of %s: %w", row, err))
+		}
+		s.locks[row] = nil
+	}
+	return errors.Join(errs...)
+}
+
+// waitingRecords selects, from pg_stat_activity, the dispatcher's record statements in
+// the test database that wait for a row lock.
+const waitingRecords = `FROM pg_stat_activity WHERE datname = current_database()
+	AND wait_event_type = 'Lock' AND query LIKE '%WITH async AS%sink AS (%'`
+
+// awaitRecordWaiting waits until the sink has answered each of rows rows 2xx and a record
+// statement among waiting (a FROM clause such as waitingRecords) waits for a lock.
+func (s *lockingSink) awaitRecordWaiting(t *testing.T, rows int, waiting string) {
+	t.Helper()
+	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "every row answered 2xx and a record waiting for the lock", func() error {
+		s.mu.Lock()
+		n, errs := len(s.locks), s.errs
+		s.mu.Unlock()
+		if len(errs) > 0 {
+			return testsupport.Final(fmt.Errorf("lock a row: %v", errs))
+		}
+		if n != rows {
+			return fmt.Errorf("%d of %d rows answered", n, rows)
+		}
+		var w int
+		if err := s.db.pool.QueryRow(context.Background(), `SELECT count(*) `+waiting).Scan(&w); err != nil {
+			return err
+		}
+		if w == 0 {
+			return errors.New("no record statement waits for the row lock yet")
+		}
+		return nil
+	})
+}
+
 // A dispatcher that crashes after the sink answered 2xx, before it recorded the
 // delivery: the sink has the effect, the outbox does not know. The record statement is
 // held on a row lock the sink takes before it answers, and the dispatcher process is
@@ -136,77 +213,24 @@ func TestAdversarialCrashBetweenTheSinks2xxAndTheRecord(t *testing.T) {
 	ids := db.insert(t, rows...)
 	ctx := context.Background()
 
-	var mu sync.Mutex
-	locks := map[string]pgx.Tx{}
-	var lockErrs []error
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, tx := range locks {
-			_ = tx.Rollback(context.Background())
-		}
-	})
-	s := newSink(t, func(a arrival, _ int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		row := a.Envelope.ID
-		if _, seen := locks[row]; seen {
-			return http.StatusOK
-		}
-		// Hold the row so that the dispatcher cannot record this 2xx.
-		tx, err := db.pool.Begin(ctx)
-		if err == nil {
-			_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE dedupe_key = $1 FOR UPDATE`, db.tables.Outbox), row)
-		}
-		if err != nil {
-			lockErrs = append(lockErrs, err)
-			return http.StatusInternalServerError
-		}
-		locks[row] = tx
-		return http.StatusOK
-	})
+	s := newLockingSink(t, db)
 	kill := startChildDispatcher(t, db, "TestChildDispatcherProcess", s.srv.URL)
-
-	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "every row answered 2xx and its record waiting for the lock", func() error {
-		mu.Lock()
-		n, errs := len(locks), lockErrs
-		mu.Unlock()
-		if len(errs) > 0 {
-			return testsupport.Final(fmt.Errorf("lock a row: %v", errs))
-		}
-		if n != len(rows) {
-			return fmt.Errorf("%d of %d rows answered", n, len(rows))
-		}
-		var waiting int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND query LIKE '%WITH async AS%sink AS (%'`).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting == 0 {
-			return errors.New("no record statement waits for the row lock yet")
-		}
-		return nil
-	})
+	s.awaitRecordWaiting(t, len(rows), waitingRecords)
 	kill()
 	// PostgreSQL notices a lost client only when it writes to it: the waiting statement
 	// would still commit once the lock is released. The crash took the dispatcher's
 	// sessions with it, its statement unfinished.
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the crashed dispatcher's record statements ended", func() error {
 		var left int
-		err := db.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%WITH async AS%sink AS (%'`).Scan(&left)
+		err := db.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) `+waitingRecords).Scan(&left)
 		if err == nil && left > 0 {
 			err = fmt.Errorf("%d record statements were waiting", left)
 		}
 		return err
 	})
-	mu.Lock()
-	for k, tx := range locks {
-		if err := tx.Rollback(ctx); err != nil {
-			t.Errorf("release the lock of %s: %v", k, err)
-		}
+	if err := s.release(); err != nil {
+		t.Error(err)
 	}
-	mu.Unlock()
 	for _, id := range ids {
 		if st := db.state(t, id); st.Delivered || !st.Leased || st.Attempts != 1 {
 			t.Fatalf("row %d after the crash: %+v, want leased and undelivered after 1 attempt", id, st)
@@ -288,12 +312,11 @@ func newReplicaSink(t *testing.T, holdChild int) *replicaSink {
 }
 
 func (s *replicaSink) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	a, err := readArrival(r)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	a := newArrival(r, body)
 	fromChild := r.URL.Path == "/child"
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
@@ -338,8 +361,7 @@ func (s *replicaSink) serve(w http.ResponseWriter, r *http.Request) {
 func TestAdversarialTwoReplicasOneCrashesMidDelivery(t *testing.T) {
 	db := newTestDB(t)
 	const entities, perEntity = 8, 5
-	rows := interleaved(entities, perEntity)
-	db.insert(t, rows...)
+	rows := db.insertInterleaved(t, entities, perEntity)
 	s := newReplicaSink(t, 3)
 
 	kill := startChildDispatcher(t, db, "TestAdversarialChildDispatcher", s.srv.URL+"/child")
@@ -592,69 +614,13 @@ func TestAdversarialFailedRecordOfA2xxIsRetriedNotResent(t *testing.T) {
 	ids := db.insert(t, rows...)
 	ctx := context.Background()
 	const app = "hookkeeper-adversarial-dispatcher"
-	cfg, err := pgxpool.ParseConfig(db.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.openPool(t, 8, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["application_name"] = app })
 
-	var mu sync.Mutex
-	locks := map[string]pgx.Tx{}
-	var lockErrs []error
-	release := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for k, tx := range locks {
-			_ = tx.Rollback(context.Background())
-			delete(locks, k)
-		}
-	}
-	t.Cleanup(release)
-	var locked int
-	s := newSink(t, func(a arrival, _ int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		tx, err := db.pool.Begin(ctx)
-		if err == nil {
-			_, err = tx.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE dedupe_key = $1 FOR UPDATE`, db.tables.Outbox), a.Envelope.ID)
-		}
-		if err != nil {
-			lockErrs = append(lockErrs, err)
-			return http.StatusInternalServerError
-		}
-		locks[a.Envelope.ID] = tx
-		locked++
-		return http.StatusOK
-	})
+	s := newLockingSink(t, db)
 	start(t, pool, db.options(t, s.srv.URL))
 
-	waiting := `FROM pg_stat_activity WHERE datname = current_database() AND application_name = '` + app + `'
-		AND wait_event_type = 'Lock' AND query LIKE '%WITH async AS%sink AS (%'`
-	testsupport.Eventually(t, 20*time.Second, 10*time.Millisecond, "both rows answered 2xx and a record waiting for the lock", func() error {
-		mu.Lock()
-		n, errs := locked, lockErrs
-		mu.Unlock()
-		if len(errs) > 0 {
-			return testsupport.Final(fmt.Errorf("lock a row: %v", errs))
-		}
-		if n != len(rows) {
-			return fmt.Errorf("%d of %d rows answered", n, len(rows))
-		}
-		var w int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) `+waiting).Scan(&w); err != nil {
-			return err
-		}
-		if w == 0 {
-			return errors.New("no record statement waits for the row lock yet")
-		}
-		return nil
-	})
+	waiting := waitingRecords + ` AND application_name = '` + app + `'`
+	s.awaitRecordWaiting(t, len(rows), waiting)
 	var killed int
 	if err := db.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) `+waiting).Scan(&killed); err != nil || killed == 0 {
 		t.Fatalf("terminate the record statement: %d, %v", killed, err)
@@ -664,7 +630,9 @@ func TestAdversarialFailedRecordOfA2xxIsRetriedNotResent(t *testing.T) {
 		var w int
 		return db.pool.QueryRow(ctx, `SELECT count(*) `+waiting).Scan(&w) == nil && w > 0
 	})
-	release()
+	if err := s.release(); err != nil {
+		t.Error(err)
+	}
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "both rows delivered", func() bool {
 		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
 	})

@@ -29,8 +29,7 @@ import (
 func TestRacingDispatchersDeliverOncePerEntityInOrder(t *testing.T) {
 	db := newTestDB(t)
 	const entities, perEntity = 50, 20
-	rows := interleaved(entities, perEntity)
-	db.insert(t, rows...)
+	rows := db.insertInterleaved(t, entities, perEntity)
 	// A little random latency so that, without the ordering rule, rows of one entity
 	// would overtake each other.
 	s := newSink(t, func(a arrival, _ int) int {
@@ -76,6 +75,59 @@ func TestRacingDispatchersDeliverOncePerEntityInOrder(t *testing.T) {
 	if n := db.count(t, "attempts <> 1 OR lease_until IS NOT NULL"); n != 0 {
 		t.Errorf("%d rows with attempts != 1 or a lease left behind", n)
 	}
+}
+
+// Chaos on the delivery side: two dispatchers race; the sink receives a request and
+// then answers too late (the dispatcher's attempt times out after the sink got it) for
+// the first attempt of every third row, and answers 503 to the first attempt of every
+// fifth; one dispatcher is stopped while requests hang in the sink. Every row must
+// reach the sink, every repeat must carry the same Idempotency-Key (and envelope id),
+// and one entity's rows must be first received in id order.
+func TestDispatchersUnderTimeoutsAndAStopKeepKeysAndOrder(t *testing.T) {
+	db := newTestDB(t)
+	const entities, perEntity = 12, 8
+	rows := db.insertInterleaved(t, entities, perEntity)
+
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	var s *sink
+	s = newSink(t, func(a arrival, _ int) int {
+		mu.Lock()
+		attempts[a.Key]++
+		n := attempts[a.Key]
+		mu.Unlock()
+		switch {
+		case n == 1 && a.Seq%3 == 1:
+			// Received, processed, answer lost: longer than the attempt timeout.
+			select {
+			case <-time.After(700 * time.Millisecond):
+			case <-s.release:
+			}
+			return http.StatusOK
+		case n == 1 && a.Seq%5 == 2:
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	opts := db.options(t, s.srv.URL)
+	opts.Timeout = 300 * time.Millisecond
+	opts.Concurrency = 4
+	opts.SinkDownAfter = 1000 // the injected failures are not an outage
+	opts.ShutdownGrace = 100 * time.Millisecond
+	_, stopFirst := start(t, db.pool, opts)
+	start(t, db.pool, db.options(t, s.srv.URL))
+
+	testsupport.Eventually(t, 30*time.Second, 10*time.Millisecond, "some rows delivered", func() bool {
+		return db.count(t, "delivered_at IS NOT NULL") > len(rows)/4
+	})
+	stopFirst()
+	testsupport.Eventually(t, 60*time.Second, 20*time.Millisecond, "all rows delivered", func() bool {
+		return db.count(t, "delivered_at IS NOT NULL") == len(rows)
+	})
+
+	checkArrivals(t, s.snapshot(), len(rows))
+	// s.overlap is not checked: a sink that goes on processing a request after the
+	// dispatcher gave up on it overlaps with the retry by construction.
 }
 
 // The body is the envelope; the headers carry the Idempotency-Key and a Standard
@@ -330,10 +382,7 @@ func TestOrderingNoneDoesNotSerialise(t *testing.T) {
 // 30 s poll; the insert alone (no trigger since migration 00003) would not.
 func TestNotifyWakesBeforePoll(t *testing.T) {
 	db := newTestDB(t)
-	s := newSink(t, nil)
-	opts := db.options(t, s.srv.URL)
-	opts.PollInterval = 30 * time.Second
-	start(t, db.pool, opts)
+	startPollingRarely(t, db)
 	notifier := NewNotifier(db.pool, testEndpoint, logr.Discard())
 	run := testsupport.Run(t, context.Background(), "notifier", 30*time.Second, notifier.Run)
 	t.Cleanup(func() {
@@ -342,10 +391,8 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 		}
 	})
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "LISTEN session", func() bool {
-		var n int
-		err := db.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&n)
-		return err == nil && n == 1
+		n, _ := listenSessions(t, db)
+		return n == 1
 	})
 	for seq := range 3 {
 		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
@@ -355,6 +402,29 @@ func TestNotifyWakesBeforePoll(t *testing.T) {
 		testsupport.Eventually(t, beforePoll, 10*time.Millisecond, "delivery after the NOTIFY", func() bool { return db.state(t, ids[0]).Delivered })
 		t.Logf("insert %d delivered after %s", seq, time.Since(begin))
 	}
+}
+
+// startPollingRarely runs a dispatcher, delivering to a sink that answers 200, whose
+// poll interval (30 s) no test waits out: what it delivers sooner, a wake-up made it
+// claim.
+func startPollingRarely(t *testing.T, db *testDB) *Dispatcher {
+	t.Helper()
+	opts := db.options(t, newSink(t, nil).srv.URL)
+	opts.PollInterval = 30 * time.Second
+	d, _ := start(t, db.pool, opts)
+	return d
+}
+
+// listenSessions counts the sessions LISTENing on NotifyChannel in the test database,
+// and returns the newest one's pid (0 if none).
+func listenSessions(t *testing.T, db *testDB) (n, newest int) {
+	t.Helper()
+	err := db.pool.QueryRow(context.Background(), `SELECT count(*), COALESCE(max(pid), 0) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&n, &newest)
+	if err != nil {
+		t.Fatalf("find the LISTEN session: %v", err)
+	}
+	return n, newest
 }
 
 // beforePoll bounds a woken delivery in the tests whose poll interval is 30 s: only a
@@ -368,10 +438,7 @@ const beforePoll = 10 * time.Second
 // Wake, the in-process path the receiver takes after a commit, needs no NOTIFY at all.
 func TestWakeBeforePoll(t *testing.T) {
 	db := newTestDB(t)
-	s := newSink(t, nil)
-	opts := db.options(t, s.srv.URL)
-	opts.PollInterval = 30 * time.Second
-	d, _ := start(t, db.pool, opts)
+	d := startPollingRarely(t, db)
 	for seq := range 3 {
 		ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: seq})
 		d.Wake()
@@ -382,26 +449,17 @@ func TestWakeBeforePoll(t *testing.T) {
 // A LISTEN connection that the server drops is re-established, and NOTIFY works again.
 func TestListenReconnects(t *testing.T) {
 	db := newTestDB(t)
-	s := newSink(t, nil)
-	opts := db.options(t, s.srv.URL)
-	opts.PollInterval = 30 * time.Second
-	start(t, db.pool, opts)
-	listener := func() int {
-		var pid int
-		err := db.pool.QueryRow(context.Background(), `SELECT COALESCE(max(pid), 0) FROM pg_stat_activity
-			WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&pid)
-		if err != nil {
-			t.Fatalf("find the LISTEN session: %v", err)
-		}
-		return pid
-	}
+	startPollingRarely(t, db)
 	var first int
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "LISTEN session", func() bool { first = listener(); return first != 0 })
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "LISTEN session", func() bool {
+		_, first = listenSessions(t, db)
+		return first != 0
+	})
 	if _, err := db.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, first); err != nil {
 		t.Fatalf("terminate the LISTEN session: %v", err)
 	}
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "a new LISTEN session", func() bool {
-		pid := listener()
+		_, pid := listenSessions(t, db)
 		return pid != 0 && pid != first
 	})
 	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
@@ -418,27 +476,19 @@ func TestFenceRejectsStaleResult(t *testing.T) {
 	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
 	ctx := context.Background()
 
-	first, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Millisecond, false)
-	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
-		t.Fatalf("first claim: %+v, %v", first, err)
-	}
-	var second []row
-	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "lease expiry lets the row be claimed again", func() bool {
-		second, err = q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false)
-		return err == nil && len(second) == 1
-	})
-	if second[0].Attempt != 2 {
-		t.Fatalf("second claim attempt %d, want 2", second[0].Attempt)
+	first, second := claimTwice(t, db, q, 10)
+	if second.Attempt != 2 {
+		t.Fatalf("second claim attempt %d, want 2", second.Attempt)
 	}
 	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false); err != nil || len(again) != 0 {
 		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
 	}
-	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Lease: second[0].Lease, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
+	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Lease: second.Lease, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
 	if err != nil || len(acc) != 1 {
 		t.Fatalf("record newer result: %+v, %v", acc, err)
 	}
 	for _, stale := range []result{resultDelivered, resultDead, resultUnsent, resultRetry} {
-		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Lease: first[0].Lease, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
+		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Lease: first.Lease, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
 		if err != nil || len(acc) != 0 {
 			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
 		}

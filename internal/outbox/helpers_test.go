@@ -48,15 +48,18 @@ type outboxRow struct {
 
 func (r outboxRow) key() string { return fmt.Sprintf("evt-%s-%04d", r.Entity, r.Seq) }
 
-// interleaved is perEntity rows of each of entities entities ("ent00", ...), the
-// entities taking turns, so that every entity's rows are spread over the table.
-func interleaved(entities, perEntity int) []outboxRow {
+// insertInterleaved inserts perEntity rows of each of entities entities ("ent00", ...),
+// the entities taking turns, so that every entity's rows are spread over the table, and
+// returns the rows.
+func (db *testDB) insertInterleaved(t *testing.T, entities, perEntity int) []outboxRow {
+	t.Helper()
 	var rows []outboxRow
 	for seq := range perEntity {
 		for e := range entities {
 			rows = append(rows, outboxRow{Entity: fmt.Sprintf("ent%02d", e), Seq: seq})
 		}
 	}
+	db.insert(t, rows...)
 	return rows
 }
 
@@ -168,12 +171,11 @@ func newSink(t *testing.T, respond func(a arrival, n int) int) *sink {
 }
 
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	a, err := readArrival(r)
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	a := newArrival(r, body)
 	s.mu.Lock()
 	s.arrivals = append(s.arrivals, a)
 	n := len(s.arrivals)
@@ -243,6 +245,70 @@ func (db *testDB) options(t *testing.T, sinkURL string) Options {
 	}
 }
 
+// probingOptions are options for a sink-outage test: backoff and probes so frequent
+// that an outage begins and ends within a test's seconds.
+func (db *testDB) probingOptions(t *testing.T, sinkURL string) Options {
+	opts := db.options(t, sinkURL)
+	opts.BackoffInitial, opts.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+	opts.ProbeIntervalMax = 50 * time.Millisecond
+	opts.PollInterval = 20 * time.Millisecond
+	return opts
+}
+
+// awaitSinkHealth waits until the test endpoint's sink health (what) satisfies cond, and
+// returns it.
+func (db *testDB) awaitSinkHealth(t *testing.T, what string, cond func(SinkHealth) bool) SinkHealth {
+	t.Helper()
+	var h SinkHealth
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, what, func() bool {
+		var err error
+		h, err = ReadSinkHealth(context.Background(), db.pool, db.tables, testEndpoint)
+		return err == nil && cond(h)
+	})
+	return h
+}
+
+// openPool opens another pool on the test database, of at most maxConns connections,
+// with configure (when not nil) applied to its config: a dispatcher's own pool, which a
+// test can tell apart or make send its statements otherwise. It closes when the test
+// ends.
+func (db *testDB) openPool(t *testing.T, maxConns int32, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	if configure != nil {
+		configure(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// claimTwice claims the test endpoint's one row twice, as two dispatchers would: first
+// with a lease that ends at once (its worker is late: its database was unreachable, its
+// process paused), then again once that lease has ended. batch is each claim's batch
+// size.
+func claimTwice(t *testing.T, db *testDB, q queries, batch int) (late, newer row) {
+	t.Helper()
+	ctx := context.Background()
+	first, err := q.claimRows(ctx, db.pool, testEndpoint, batch, time.Millisecond, false)
+	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
+		t.Fatalf("first claim: %+v, %v", first, err)
+	}
+	var second []row
+	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "the first claim's lease ends and the row is claimed again", func() bool {
+		second, err = q.claimRows(ctx, db.pool, testEndpoint, batch, time.Minute, false)
+		return err == nil && len(second) == 1
+	})
+	return first[0], second[0]
+}
+
 // start runs a dispatcher until the test ends (or stop is called) and reports Run's error.
 func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop func()) {
 	t.Helper()
@@ -260,9 +326,13 @@ func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop 
 	return d, stop
 }
 
-// newArrival is a request a sink received, with its body: the envelope and, from the
-// envelope's data, the test row's entity and sequence number.
-func newArrival(r *http.Request, body []byte) arrival {
+// readArrival reads a request a sink received, with its body: the envelope and, from
+// the envelope's data, the test row's entity and sequence number.
+func readArrival(r *http.Request) (arrival, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return arrival{}, fmt.Errorf("read the request body: %w", err)
+	}
 	a := arrival{At: time.Now(), Header: r.Header.Clone(), Body: body, Key: r.Header.Get(HeaderIdempotencyKey)}
 	if err := json.Unmarshal(body, &a.Envelope); err == nil {
 		var data struct {
@@ -272,7 +342,7 @@ func newArrival(r *http.Request, body []byte) arrival {
 		_ = json.Unmarshal(a.Envelope.Data, &data)
 		a.Entity, a.Seq = data.Entity, data.Seq
 	}
-	return a
+	return a, nil
 }
 
 // checkArrivals checks what a sink received of rows test rows: every request carries

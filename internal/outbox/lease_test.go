@@ -26,17 +26,7 @@ func TestSlowClaimNeverPostsPastTheLease(t *testing.T) {
 	// The dispatcher's pool sends each statement in one round trip (parse, bind,
 	// execute in one implicit transaction), so the claim's now() is taken before it
 	// waits for the lock, as it is for any statement that is slow to run or to answer.
-	cfg, err := pgxpool.ParseConfig(db.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := db.openPool(t, 4, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
 
 	const (
 		lease     = 3 * time.Second

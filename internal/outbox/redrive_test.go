@@ -72,19 +72,10 @@ func TestRedriveKeepsTheFenceMonotonic(t *testing.T) {
 	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
 	ctx := context.Background()
 
-	// Dispatcher A claims attempt 1; its lease runs out before it records (its
-	// database was unreachable, its process paused).
-	a, err := q.claimRows(ctx, db.pool, testEndpoint, 1, time.Millisecond, false)
-	if err != nil || len(a) != 1 || a[0].Attempt != 1 {
-		t.Fatalf("claim A: %+v, %v", a, err)
-	}
-	// Dispatcher B claims attempt 2 and the sink answers 410: dead.
-	var b []row
-	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "A's lease ends", func() bool {
-		b, err = q.claimRows(ctx, db.pool, testEndpoint, 1, time.Minute, false)
-		return err == nil && len(b) == 1
-	})
-	if acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: b[0].Attempt, Lease: b[0].Lease, Result: resultDead, Error: "sink answered 410"}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
+	// Dispatcher A claims attempt 1; its lease runs out before it records. Dispatcher B
+	// claims attempt 2 and the sink answers 410: dead.
+	a, b := claimTwice(t, db, q, 1)
+	if acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: b.Attempt, Lease: b.Lease, Result: resultDead, Error: "sink answered 410"}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
 		t.Fatalf("record B: %+v, %v", acc, err)
 	}
 	// An operator re-drives it; dispatcher C claims it and is posting.
@@ -96,12 +87,12 @@ func TestRedriveKeepsTheFenceMonotonic(t *testing.T) {
 		t.Fatalf("claim C: %+v, %v", c, err)
 	}
 	// A finally records its old result.
-	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: a[0].Attempt, Lease: a[0].Lease, Result: resultAbandoned}}, DefaultSinkDownAfter, time.Second)
+	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: a.Attempt, Lease: a.Lease, Result: resultAbandoned}}, DefaultSinkDownAfter, time.Second)
 	if err != nil {
 		t.Fatalf("record A: %v", err)
 	}
 	if len(acc) != 0 {
-		t.Errorf("A's result from before the redrive (attempt %d) was accepted over C's claim (attempt %d)", a[0].Attempt, c[0].Attempt)
+		t.Errorf("A's result from before the redrive (attempt %d) was accepted over C's claim (attempt %d)", a.Attempt, c[0].Attempt)
 	}
 	if d, err := q.claimRows(ctx, db.pool, testEndpoint, 1, time.Minute, false); err != nil || len(d) != 0 {
 		t.Errorf("the row was claimed again while C's lease runs: %+v, %v", d, err)

@@ -98,12 +98,7 @@ func TestSinkDownHoldsRowsAndProbesOneAtATime(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	var h SinkHealth
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the sink is held down", func() bool {
-		var err error
-		h, err = ReadSinkHealth(ctx, db.pool, db.tables, testEndpoint)
-		return err == nil && h.Down
-	})
+	h := db.awaitSinkHealth(t, "the sink is held down", func(h SinkHealth) bool { return h.Down })
 	if h.ConsecutiveFailures < DefaultSinkDownAfter || h.LastError != "sink answered 503" || h.DownSince == nil || h.FailingSince == nil || h.NextProbeAt == nil {
 		t.Errorf("sink health when down: %+v", h)
 	}
@@ -223,17 +218,10 @@ func TestOneFailingRowDoesNotHoldTheSinkDown(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	opts := db.options(t, s.srv.URL)
+	opts := db.probingOptions(t, s.srv.URL)
 	opts.MaxAttempts = 8
-	opts.BackoffInitial, opts.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
-	opts.ProbeIntervalMax = 50 * time.Millisecond
-	opts.PollInterval = 20 * time.Millisecond
 	start(t, db.pool, opts)
-	ctx := context.Background()
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the failing row takes the sink down", func() bool {
-		h, err := ReadSinkHealth(ctx, db.pool, db.tables, testEndpoint)
-		return err == nil && h.Down
-	})
+	db.awaitSinkHealth(t, "the failing row takes the sink down", func(h SinkHealth) bool { return h.Down })
 
 	// Other entities' rows arrive, one at a time, while the sink is held down.
 	for seq := range 6 {

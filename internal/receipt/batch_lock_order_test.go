@@ -3,7 +3,6 @@ package receipt
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -39,16 +38,7 @@ func TestBatchesLockTheirEntitiesInKeyOrder(t *testing.T) {
 				}
 				results := make([][]Result, 2)
 				errs := make([]error, 2)
-				start := make(chan struct{})
-				var wg sync.WaitGroup
-				for j := range batches {
-					wg.Go(func() {
-						<-start
-						results[j], errs[j] = replicas[j].RecordBatch(f.ctx, batches[j])
-					})
-				}
-				close(start)
-				wg.Wait()
+				atOnce(len(batches), func(j int) { results[j], errs[j] = replicas[j].RecordBatch(f.ctx, batches[j]) })
 				for j, err := range errs {
 					if err != nil {
 						t.Fatalf("round %d, batch %d: %v", i, j, err)

@@ -16,62 +16,54 @@ import (
 // row with the same key must not move).
 func TestBatchesOutOfOrderConverge(t *testing.T) {
 	t.Parallel()
-	for _, mode := range paymentModes() {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, mode.table), mode.setup...)
-			stateSQL := `SELECT state FROM hk.entities WHERE entity_key = $1`
-			if mode.table != nil {
-				stateSQL = `SELECT status FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
+	inPaymentModes(t, v1alpha1.UnmatchedRecord, func(t *testing.T, f *fixture, mode paymentMode) {
+		replicas := []*Recorder{NewRecorder(f.pool, f.ep), NewRecorder(f.pool, f.ep)}
+		rng := rand.New(rand.NewPCG(3, 5))
+		const entities = 30
+		var batches [][]Event
+		for i := range entities {
+			key := fmt.Sprintf("b-%d", i)
+			if mode.table == nil {
+				f.managedEntity(key, "pending", 500)
+			} else {
+				f.exec(`INSERT INTO public.payments (tenant_id, ref, status, amount) VALUES ('acme', $1, 'pending', 500), ('globex', $1, 'pending', 500)`, key)
 			}
-			replicas := []*Recorder{NewRecorder(f.pool, f.ep), NewRecorder(f.pool, f.ep)}
-			rng := rand.New(rand.NewPCG(3, 5))
-			const entities = 30
-			var batches [][]Event
-			for i := range entities {
-				key := fmt.Sprintf("b-%d", i)
-				if mode.table == nil {
-					f.managedEntity(key, "pending", 500)
-				} else {
-					f.exec(`INSERT INTO public.payments (tenant_id, ref, status, amount) VALUES ('acme', $1, 'pending', 500), ('globex', $1, 'pending', 500)`, key)
-				}
-				h := paymentHistory(key)
-				var copies []Event
-				for _, e := range h {
-					for range 1 + rng.IntN(2) {
-						copies = append(copies, e)
-					}
-				}
-				rng.Shuffle(len(copies), func(a, b int) { copies[a], copies[b] = copies[b], copies[a] })
-				for len(copies) > 0 {
-					n := min(len(copies), 1+rng.IntN(4))
-					batches = append(batches, copies[:n])
-					copies = copies[n:]
+			h := paymentHistory(key)
+			var copies []Event
+			for _, e := range h {
+				for range 1 + rng.IntN(2) {
+					copies = append(copies, e)
 				}
 			}
-			rng.Shuffle(len(batches), func(a, b int) { batches[a], batches[b] = batches[b], batches[a] })
-			for _, err := range fanOut(batches, 8, func(w int, b []Event) error {
-				if _, err := replicas[w%2].RecordBatch(f.ctx, b); err != nil {
-					return fmt.Errorf("batch %s..: %w", b[0].ID, err)
-				}
-				return nil
-			}) {
-				t.Error(err)
+			rng.Shuffle(len(copies), func(a, b int) { copies[a], copies[b] = copies[b], copies[a] })
+			for len(copies) > 0 {
+				n := min(len(copies), 1+rng.IntN(4))
+				batches = append(batches, copies[:n])
+				copies = copies[n:]
 			}
-			for i := range entities {
-				key := fmt.Sprintf("b-%d", i)
-				if got := f.stateAndEffects(key, stateSQL); got != paymentInOrder {
-					t.Errorf("%s: %s, want %s", key, got, paymentInOrder)
-				}
+		}
+		rng.Shuffle(len(batches), func(a, b int) { batches[a], batches[b] = batches[b], batches[a] })
+		for _, err := range fanOut(batches, 8, func(w int, b []Event) error {
+			if _, err := replicas[w%2].RecordBatch(f.ctx, b); err != nil {
+				return fmt.Errorf("batch %s..: %w", b[0].ID, err)
 			}
-			if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
-				t.Errorf("%d events still parked", got)
+			return nil
+		}) {
+			t.Error(err)
+		}
+		for i := range entities {
+			key := fmt.Sprintf("b-%d", i)
+			if got := f.stateAndEffects(key, mode.stateSQL()); got != paymentInOrder {
+				t.Errorf("%s: %s, want %s", key, got, paymentInOrder)
 			}
-			if mode.table != nil {
-				if got := f.count(`SELECT count(*) FROM public.payments WHERE tenant_id = 'globex' AND status <> 'pending'`); got != 0 {
-					t.Errorf("%d rows of another tenant moved", got)
-				}
+		}
+		if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
+			t.Errorf("%d events still parked", got)
+		}
+		if mode.table != nil {
+			if got := f.count(`SELECT count(*) FROM public.payments WHERE tenant_id = 'globex' AND status <> 'pending'`); got != 0 {
+				t.Errorf("%d rows of another tenant moved", got)
 			}
-		})
-	}
+		}
+	})
 }

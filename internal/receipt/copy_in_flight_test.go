@@ -46,9 +46,7 @@ func copyInFlight(t *testing.T, grouped, die bool) {
 	const holdKey = 4242
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.managedEntity("order-held", "payment_pending", 100)
-	for i := range 3 {
-		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 100)
-	}
+	f.pendingOrders(3, 100)
 	f.exec(fmt.Sprintf(`CREATE FUNCTION hk.hold_move() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   -- Polled rather than waited for: a lock wait would end at the group's lock_timeout.

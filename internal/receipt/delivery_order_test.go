@@ -61,6 +61,29 @@ func paymentModes() []paymentMode {
 	}}
 }
 
+// inPaymentModes runs fn in each payment mode, in parallel, on a fixture of its own: the
+// payment endpoint with onUnmatched, and the mode's table set up.
+func inPaymentModes(t *testing.T, onUnmatched v1alpha1.OnUnmatched, fn func(t *testing.T, f *fixture, mode paymentMode)) {
+	for _, mode := range paymentModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, newFixture(t, paymentEndpoint(onUnmatched, mode.table), mode.setup...), mode)
+		})
+	}
+}
+
+// managedStateSQL reads the state of the managed entity $1.
+const managedStateSQL = `SELECT state FROM hk.entities WHERE entity_key = $1`
+
+// stateSQL reads the state of the payment $1 in m's entity table (the acme tenant's row
+// in the app table).
+func (m paymentMode) stateSQL() string {
+	if m.table != nil {
+		return `SELECT status FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
+	}
+	return managedStateSQL
+}
+
 // paymentHistory is one payment's history in provider order. Each event carries the
 // amount the provider puts in it: the partial refund its own (refund) amount, the
 // full refund the rest, the dispute the disputed amount, the closing none.
@@ -144,7 +167,7 @@ func TestEveryPermutationConverges(t *testing.T) {
 						}
 					}
 				}
-				if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != paymentInOrder {
+				if got := f.stateAndEffects(key, managedStateSQL); got != paymentInOrder {
 					bad = append(bad, fmt.Sprintf("order %v: %s", perm, got))
 				}
 			}
@@ -174,8 +197,8 @@ func TestCreatedEntityTakesTheAmountOfAnEventThatStartsItsHistory(t *testing.T) 
 	f.record(refund("late-capture"))
 	r := f.record(capture("late-capture"))
 
-	want := f.stateAndEffects("in-order", `SELECT state FROM hk.entities WHERE entity_key = $1`)
-	got := f.stateAndEffects("late-capture", `SELECT state FROM hk.entities WHERE entity_key = $1`)
+	want := f.stateAndEffects("in-order", managedStateSQL)
+	got := f.stateAndEffects("late-capture", managedStateSQL)
 	if got != want {
 		t.Fatalf("refund first then capture ends %q (capture: %s %s), in order ends %q", got, r.Outcome, r.Detail, want)
 	}

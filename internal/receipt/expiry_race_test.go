@@ -63,5 +63,5 @@ func stateQuery(f *fixture) string {
 	if f.ep.Spec.Entity.Table != nil {
 		return `SELECT status FROM public.orders WHERE client_txn_id = $1`
 	}
-	return `SELECT state FROM hk.entities WHERE entity_key = $1`
+	return managedStateSQL
 }

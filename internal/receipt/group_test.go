@@ -34,28 +34,94 @@ func awaitReply(t *testing.T, m *groupMember) groupReply {
 	}
 }
 
+// heldGroups observes a Recorder's group transactions: it records each group's size, and
+// holds the first group's leader (in Observe) until release is closed, so that the
+// deliveries sent meanwhile queue for the next group: deterministic, no timing.
+type heldGroups struct {
+	mu      sync.Mutex
+	sizes   []int
+	release chan struct{}
+}
+
+// holdFirstGroup gives f a Recorder with group commit cfg whose first group waits for
+// the returned heldGroups' release.
+func holdFirstGroup(f *fixture, cfg GroupCommit) *heldGroups {
+	h := &heldGroups{release: make(chan struct{})}
+	cfg.Observe = func(size int) {
+		h.mu.Lock()
+		first := len(h.sizes) == 0
+		h.sizes = append(h.sizes, size)
+		h.mu.Unlock()
+		if first {
+			<-h.release
+		}
+	}
+	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(cfg))
+	return h
+}
+
+// groupSizes is the size of each group so far, in the order they ran.
+func (h *heldGroups) groupSizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.sizes)
+}
+
+// awaitQueued waits until k deliveries wait in g's queue for a group.
+func awaitQueued(t *testing.T, g *grouper, k int, what string) {
+	t.Helper()
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, what, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.queue) == k
+	})
+}
+
+// recordInBackground records e through f's Recorder on another goroutine; the channel
+// gets Record's error.
+func (f *fixture) recordInBackground(e Event) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.rec.Record(f.ctx, e)
+		done <- err
+	}()
+	return done
+}
+
+// notAnsweredYet fails the test if the delivery behind done has answered: failure says
+// why it must not have.
+func notAnsweredYet(t *testing.T, done <-chan error, failure string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s (%v)", failure, err)
+	default:
+	}
+}
+
+// awaitAnswer waits for the delivery behind done (what it is) and fails the test on its
+// error.
+func awaitAnswer(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not finish", what)
+	}
+}
+
 func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const n = 24
-	for i := range n {
-		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
-	}
+	f.pendingOrders(n, 1000)
 
-	// The first group holds its leader (in Observe) until every other delivery has
-	// queued, so the second group is all of them: deterministic, no timing.
-	var sizes []int
-	var mu sync.Mutex
-	release := make(chan struct{})
-	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 1, Observe: func(size int) {
-		mu.Lock()
-		first := len(sizes) == 0
-		sizes = append(sizes, size)
-		mu.Unlock()
-		if first {
-			<-release
-		}
-	}}))
+	// The first group holds its leader until every other delivery has queued, so the
+	// second group is all of them.
+	held := holdFirstGroup(f, GroupCommit{MaxEvents: 32, Transactions: 1})
 	g := f.rec.group
 
 	results := make([]Result, n+1)
@@ -65,19 +131,16 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 		wg.Go(func() { results[i], errs[i] = f.rec.Record(f.ctx, e) })
 	}
 	send(0, ev("evt_0", "payment_intent.succeeded", "order-0", 1000, t0))
-	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first group to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first group to start", func() bool { return len(held.groupSizes()) == 1 })
 	for i := 1; i < n; i++ {
 		send(i, ev(fmt.Sprintf("evt_%d", i), "payment_intent.succeeded", fmt.Sprintf("order-%d", i), 1000, t0))
 	}
-	queued := func(k int) func() bool {
-		return func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == k }
-	}
-	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "deliveries 1.. to queue", queued(n-1))
+	awaitQueued(t, g, n-1, "deliveries 1.. to queue")
 	// A copy of evt_1, queued after it, conflicts with it: it must wait for a later
 	// group, and be a duplicate.
 	send(n, ev("evt_1", "payment_intent.succeeded", "order-1", 1000, t0))
-	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "every delivery to queue", queued(n))
-	close(release)
+	awaitQueued(t, g, n, "every delivery to queue")
+	close(held.release)
 	wg.Wait()
 
 	for i := range n {
@@ -88,9 +151,7 @@ func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 	if errs[n] != nil || !results[n].Duplicate {
 		t.Fatalf("the copy of evt_1: %+v, %v", results[n], errs[n])
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sizes) != 3 || sizes[0] != 1 || sizes[1] != n-1 || sizes[2] != 1 {
+	if sizes := held.groupSizes(); len(sizes) != 3 || sizes[0] != 1 || sizes[1] != n-1 || sizes[2] != 1 {
 		t.Fatalf("group sizes %v, want [1 %d 1]", sizes, n-1)
 	}
 	if got := f.rows.Receipts(t); got != n {
@@ -108,34 +169,25 @@ func TestGroupConcurrentCopiesApplyOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const entities, copies = 8, 8
-	for i := range entities {
-		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
-	}
-	var wg sync.WaitGroup
+	f.pendingOrders(entities, 1000)
 	var mu sync.Mutex
 	applied, dups := map[string]int{}, 0
-	start := make(chan struct{})
-	for i := range entities * copies {
+	atOnce(entities*copies, func(i int) {
 		e := ev(fmt.Sprintf("evt_%d", i%entities), "payment_intent.succeeded", fmt.Sprintf("order-%d", i%entities), 1000, t0)
-		wg.Go(func() {
-			<-start
-			res, err := f.rec.Record(f.ctx, e)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				t.Errorf("%s: %v", e.ID, err)
-			case res.Duplicate:
-				dups++
-			case res.Outcome == OutcomeApplied:
-				applied[e.ID]++
-			default:
-				t.Errorf("%s: %+v", e.ID, res)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+		res, err := f.rec.Record(f.ctx, e)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", e.ID, err)
+		case res.Duplicate:
+			dups++
+		case res.Outcome == OutcomeApplied:
+			applied[e.ID]++
+		default:
+			t.Errorf("%s: %+v", e.ID, res)
+		}
+	})
 	if len(applied) != entities || dups != entities*(copies-1) {
 		t.Fatalf("applied %v, duplicates %d", applied, dups)
 	}
@@ -354,11 +406,7 @@ func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	tx := holdBusyEntity(t, f)
 
-	busy := make(chan error, 1)
-	go func() {
-		_, err := f.rec.Record(f.ctx, ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
-		busy <- err
-	}()
+	busy := f.recordInBackground(ev("evt_busy", "payment_intent.succeeded", "order-busy", 100, t0))
 	// The busy delivery is alone and waits for its lock before the free one arrives.
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the busy delivery waits for its entity's lock", func() bool {
 		return f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) > 0
@@ -370,22 +418,11 @@ func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
 	if err != nil || res.Outcome != OutcomeApplied {
 		t.Fatalf("a delivery for another entity waited behind the locked one: %+v, %v", res, err)
 	}
-	select {
-	case err := <-busy:
-		t.Fatalf("the busy delivery answered while its entity was locked: %v", err)
-	default:
-	}
+	notAnsweredYet(t, busy, "the busy delivery answered while its entity was locked")
 	if err := tx.Commit(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-busy:
-		if err != nil {
-			t.Fatalf("busy delivery after the lock was released: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the busy delivery did not finish after its lock was released")
-	}
+	awaitAnswer(t, busy, "the busy delivery after its lock was released")
 	if got := f.rows.EntitiesInState(t, "paid"); got != 2 {
 		t.Fatalf("paid entities = %d, want 2", got)
 	}
@@ -398,22 +435,9 @@ func TestGroupQueuesBehindTheRunningTransaction(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const n = 6
-	for i := range n {
-		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", 1000)
-	}
-	var sizes []int
-	var mu sync.Mutex
-	release := make(chan struct{})
-	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: time.Hour,
-		Observe: func(size int) {
-			mu.Lock()
-			first := len(sizes) == 0
-			sizes = append(sizes, size)
-			mu.Unlock()
-			if first {
-				<-release // the first transaction runs until the test says
-			}
-		}}))
+	f.pendingOrders(n, 1000)
+	// The first transaction runs until the test says.
+	held := holdFirstGroup(f, GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: time.Hour})
 	g := f.rec.group
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -423,29 +447,25 @@ func TestGroupQueuesBehindTheRunningTransaction(t *testing.T) {
 		})
 	}
 	send(0)
-	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first transaction to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the first transaction to start", func() bool { return len(held.groupSizes()) == 1 })
 	for i := 1; i < n; i++ {
 		send(i)
 	}
-	testsupport.Eventually(t, 30*time.Second, 5*time.Millisecond, "the others to queue", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.queue) == n-1
-	})
+	awaitQueued(t, g, n-1, "the others to queue")
 	g.mu.Lock()
 	leaders := g.leaders
 	g.mu.Unlock()
 	if leaders != 1 {
 		t.Errorf("%d transactions running, want 1: the second opens only after OverflowAfter", leaders)
 	}
-	close(release)
+	close(held.release)
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("delivery %d: %v", i, err)
 		}
 	}
-	if !slices.Equal(sizes, []int{1, n - 1}) {
+	if sizes := held.groupSizes(); !slices.Equal(sizes, []int{1, n - 1}) {
 		t.Errorf("group sizes %v, want [1 %d]", sizes, n-1)
 	}
 	if got := f.rows.EntitiesInState(t, "paid"); got != n {
@@ -471,11 +491,7 @@ END $$`)
 		t.Fatalf("DefaultGroupCommit %+v: the default must overflow", DefaultGroupCommit)
 	}
 
-	slow := make(chan error, 1)
-	go func() {
-		_, err := f.rec.Record(f.ctx, ev("evt_slow", "payment_intent.succeeded", "order-slow", 100, t0))
-		slow <- err
-	}()
+	slow := f.recordInBackground(ev("evt_slow", "payment_intent.succeeded", "order-slow", 100, t0))
 	testsupport.Eventually(t, 10*time.Second, 5*time.Millisecond, "the slow transaction to sleep in its write", func() bool {
 		return f.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()`) > 0
 	})
@@ -483,19 +499,8 @@ END $$`)
 	if err != nil || res.Outcome != OutcomeApplied {
 		t.Fatalf("free delivery: %+v, %v", res, err)
 	}
-	select {
-	case err := <-slow:
-		t.Fatalf("the free delivery waited for the slow transaction to end (%v)", err)
-	default:
-	}
-	select {
-	case err := <-slow:
-		if err != nil {
-			t.Fatalf("slow delivery: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the slow delivery did not finish")
-	}
+	notAnsweredYet(t, slow, "the free delivery waited for the slow transaction to end")
+	awaitAnswer(t, slow, "the slow delivery")
 	if got := f.rows.EntitiesInState(t, "paid"); got != 2 {
 		t.Fatalf("paid entities = %d, want 2", got)
 	}

@@ -2,6 +2,8 @@ package receipt
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -122,6 +124,43 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// openPool opens a second pool on the fixture's database, of at most maxConns
+// connections that name themselves app in pg_stat_activity (none when app is empty):
+// a replica's own pool, which a test can single out to terminate its sessions or to
+// make each statement plan on one connection. It closes when the test ends.
+func (f *fixture) openPool(maxConns int32, app string) *pgxpool.Pool {
+	f.t.Helper()
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	if app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(pool.Close)
+	return pool
+}
+
+// pauseBeforeResend is a provider's pause between attempts at an event that was not
+// acknowledged (err is the last attempt's). It returns an error, to give up, once
+// deadline has passed or the fixture's context is done: then every attempt would fail
+// at once, and a sender that went on would spin.
+func (f *fixture) pauseBeforeResend(deadline time.Time, id string, err error) error {
+	if f.ctx.Err() != nil || time.Now().After(deadline) {
+		return fmt.Errorf("%s never acknowledged: %w", id, err)
+	}
+	select {
+	case <-f.ctx.Done():
+	case <-time.After(time.Duration(1+rand.IntN(5)) * time.Millisecond):
+	}
+	return nil
+}
+
 func (f *fixture) exec(sql string, args ...any) {
 	f.t.Helper()
 	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
@@ -129,22 +168,24 @@ func (f *fixture) exec(sql string, args ...any) {
 	}
 }
 
+// scalar is the one value sql returns.
+func scalar[T any](f *fixture, sql string, args ...any) T {
+	f.t.Helper()
+	var v T
+	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&v); err != nil {
+		f.t.Fatalf("query %q: %v", sql, err)
+	}
+	return v
+}
+
 func (f *fixture) count(sql string, args ...any) int {
 	f.t.Helper()
-	var n int
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
-		f.t.Fatalf("count %q: %v", sql, err)
-	}
-	return n
+	return scalar[int](f, sql, args...)
 }
 
 func (f *fixture) str(sql string, args ...any) string {
 	f.t.Helper()
-	var s string
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&s); err != nil {
-		f.t.Fatalf("query %q: %v", sql, err)
-	}
-	return s
+	return scalar[string](f, sql, args...)
 }
 
 func (f *fixture) record(ev Event) Result {
@@ -158,6 +199,14 @@ func (f *fixture) record(ev Event) Result {
 
 func (f *fixture) managedEntity(key, state string, amount int64) {
 	f.exec(`INSERT INTO hk.entities (endpoint, entity_key, state, amount) VALUES ($1, $2, $3, $4)`, f.ep.Key(), key, state, amount)
+}
+
+// pendingOrders adds the managed entities order-0 to order-(n-1), payment_pending with
+// amount.
+func (f *fixture) pendingOrders(n int, amount int64) {
+	for i := range n {
+		f.managedEntity(fmt.Sprintf("order-%d", i), "payment_pending", amount)
+	}
 }
 
 func secretRef(name, key string) corev1.SecretKeySelector {
@@ -174,6 +223,21 @@ func ev(id, typ, key string, amount int64, at time.Time) Event {
 		e.OccurredAt = &at
 	}
 	return e
+}
+
+// atOnce runs do(0) to do(n-1) on n goroutines released together, so that they race
+// as copies of a delivery and replicas do, and returns when all are done.
+func atOnce(n int, do func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			do(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
 
 // fanOut hands items, in order, to workers goroutines running do (w is the worker's

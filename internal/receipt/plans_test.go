@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -71,16 +69,7 @@ func TestReceiptStatementsNeverScanTheirTables(t *testing.T) {
 			})
 
 			// One connection, so every statement is planned on it and its plans are reused.
-			cfg, err := pgxpool.ParseConfig(f.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.MaxConns = 1
-			pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close) // closed below already unless the test stops early
+			pool := f.openPool(1, "") // closed below already unless the test stops early
 			rec := NewRecorder(pool, f.ep)
 			record := func(id, key string) {
 				t.Helper()

@@ -24,20 +24,9 @@ func TestConcurrentCopiesOfOneEventApplyOnce(t *testing.T) {
 	e := ev("evt_cap", "payment_intent.succeeded", "order-1", 1000, t0)
 
 	const n = 64
-	var wg sync.WaitGroup
 	results := make([]Result, n)
 	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = f.rec.Record(f.ctx, e)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	atOnce(n, func(i int) { results[i], errs[i] = f.rec.Record(f.ctx, e) })
 
 	applied, dups := 0, 0
 	for i := range n {

@@ -38,7 +38,7 @@ func TestReplayOfExpiredEventsDoesNotDependOnArrivalOrder(t *testing.T) {
 		if _, err := outbox.ReplayReceipts(f.ctx, f.pool, store.TablesIn(schema), sel, reprocess, outbox.ReplayOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		return f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`)
+		return f.stateAndEffects(key, managedStateSQL)
 	}
 	cap := func(key string) Event { return ev("cap-"+key, "payment.captured", key, 500, t0.Add(time.Second)) }
 	pref := func(key string) Event {
@@ -76,7 +76,7 @@ func TestReplayRacesTheReleasingDelivery(t *testing.T) {
 		if replayErr != nil || liveErr != nil {
 			t.Fatalf("replay: %v; live: %v", replayErr, liveErr)
 		}
-		if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != "partially_refunded | payment.authorized,payment.captured,payment.partially_refunded" {
+		if got := f.stateAndEffects(key, managedStateSQL); got != "partially_refunded | payment.authorized,payment.captured,payment.partially_refunded" {
 			t.Fatalf("%s: %s", key, got)
 		}
 	}
@@ -110,7 +110,7 @@ func TestReplayParkedOldEventsGetTheirWholeParkFor(t *testing.T) {
 	if _, err := f.rec.Reprocess(f.ctx, capture.ReceiptID); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.stateAndEffects("o-9", `SELECT state FROM hk.entities WHERE entity_key = $1`); got != "refunded | order.paid,order.refunded" {
+	if got := f.stateAndEffects("o-9", managedStateSQL); got != "refunded | order.paid,order.refunded" {
 		t.Fatalf("after the replay: %s, want refunded with both effects (%s)", got, f.outcomes())
 	}
 }

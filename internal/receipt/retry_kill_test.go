@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -33,24 +31,18 @@ import (
 // the entity, and must not move.
 func TestRetryLaterUnderSessionKillsAppliesOnceEntitiesAppear(t *testing.T) {
 	t.Parallel()
-	for _, mode := range paymentModes() {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			retryLaterUnderKills(t, newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRetry, mode.table), mode.setup...), mode.table != nil)
-		})
-	}
+	inPaymentModes(t, v1alpha1.UnmatchedRetry, retryLaterUnderKills)
 }
 
-func retryLaterUnderKills(t *testing.T, f *fixture, appTable bool) {
+func retryLaterUnderKills(t *testing.T, f *fixture, mode paymentMode) {
 	const (
 		payments = 24
 		ghosts   = 6
 		victim   = "retry-kill-victim"
 	)
-	stateSQL := `SELECT state FROM hk.entities WHERE entity_key = $1`
+	appTable := mode.table != nil
 	entitySQL := `SELECT count(*) FROM hk.entities WHERE entity_key = $1`
 	if appTable {
-		stateSQL = `SELECT status FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
 		entitySQL = `SELECT count(*) FROM public.payments WHERE ref = $1 AND tenant_id = 'acme'`
 	}
 	appear := func(key string) {
@@ -60,17 +52,7 @@ func retryLaterUnderKills(t *testing.T, f *fixture, appTable bool) {
 			f.managedEntity(key, "pending", 500)
 		}
 	}
-	cfg, err := pgxpool.ParseConfig(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 6
-	cfg.ConnConfig.RuntimeParams["application_name"] = victim
-	victims, err := pgxpool.NewWithConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(victims.Close)
+	victims := f.openPool(6, victim)
 	var grouped atomic.Int64
 	group := DefaultGroupCommit
 	group.Observe = func(n int) {
@@ -217,12 +199,8 @@ func retryLaterUnderKills(t *testing.T, f *fixture, appTable bool) {
 			} else {
 				failures.Add(1)
 			}
-			if f.ctx.Err() != nil || time.Now().After(deadline) {
-				return fmt.Errorf("%s never acknowledged: %w", e.ID, err)
-			}
-			select {
-			case <-f.ctx.Done():
-			case <-time.After(time.Duration(1+rand.IntN(5)) * time.Millisecond):
+			if err := f.pauseBeforeResend(deadline, e.ID, err); err != nil {
+				return err
 			}
 		}
 	}) {
@@ -245,7 +223,7 @@ func retryLaterUnderKills(t *testing.T, f *fixture, appTable bool) {
 
 	for i := range payments {
 		key := fmt.Sprintf("r-%d", i)
-		if got := f.stateAndEffects(key, stateSQL); got != paymentInOrder {
+		if got := f.stateAndEffects(key, mode.stateSQL()); got != paymentInOrder {
 			t.Errorf("%s: %s, want %s", key, got, paymentInOrder)
 		}
 	}

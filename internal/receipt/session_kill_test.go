@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -22,17 +20,7 @@ import (
 func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, paymentEndpoint(v1alpha1.UnmatchedRecord, nil))
-	cfg, err := pgxpool.ParseConfig(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 6
-	cfg.ConnConfig.RuntimeParams["application_name"] = "receipt-crash-victim"
-	victims, err := pgxpool.NewWithConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(victims.Close)
+	victims := f.openPool(6, "receipt-crash-victim")
 	replicas := []*Recorder{NewRecorder(victims, f.ep), NewRecorder(victims, f.ep)}
 
 	const entities = 40
@@ -53,8 +41,6 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 	var failures atomic.Int64
 	for _, err := range fanOut(deliveries, 10, func(w int, e Event) error {
 		// A provider retries until it gets an answer, pausing a little between attempts.
-		// The fixture's context bounds the whole run: once it is done, every attempt
-		// would fail at once, so the sender gives up instead of spinning.
 		deadline := time.Now().Add(40 * time.Second)
 		for {
 			_, err := replicas[w%2].Record(f.ctx, e)
@@ -63,12 +49,8 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 				return nil
 			}
 			failures.Add(1)
-			if f.ctx.Err() != nil || time.Now().After(deadline) {
-				return fmt.Errorf("%s never acknowledged: %w", e.ID, err)
-			}
-			select {
-			case <-f.ctx.Done():
-			case <-time.After(time.Duration(1+rand.IntN(5)) * time.Millisecond):
+			if err := f.pauseBeforeResend(deadline, e.ID, err); err != nil {
+				return err
 			}
 		}
 	}) {
@@ -82,7 +64,7 @@ func TestSessionKillsDuringOutOfOrderDeliveriesConverge(t *testing.T) {
 
 	for i := range entities {
 		key := fmt.Sprintf("k-%d", i)
-		if got := f.stateAndEffects(key, `SELECT state FROM hk.entities WHERE entity_key = $1`); got != paymentInOrder {
+		if got := f.stateAndEffects(key, managedStateSQL); got != paymentInOrder {
 			t.Errorf("%s: %s", key, got)
 		}
 	}
