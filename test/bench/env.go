@@ -21,6 +21,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // Env is what every suite shares: where PostgreSQL is, which binary to run, how hard
@@ -90,6 +91,20 @@ func (e *Env) NewDatabase(ctx context.Context, prefix string) (string, func(), e
 		}
 	}
 	return u.String(), drop, nil
+}
+
+// NewMigratedDatabase is NewDatabase with hookkeeper's tables migrated into benchSchema,
+// as the receiver's migration Job would leave them.
+func (e *Env) NewMigratedDatabase(ctx context.Context, prefix string) (string, func(), error) {
+	dbURL, drop, err := e.NewDatabase(ctx, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
+		drop()
+		return "", nil, fmt.Errorf("migrate bench database: %w", err)
+	}
+	return dbURL, drop, nil
 }
 
 // Process is a subprocess started by a suite: hookkeeper, or the hand-written handler.

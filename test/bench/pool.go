@@ -64,14 +64,11 @@ func runPoolSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
 		return nil, fmt.Errorf("migrate pool bench database: %w", err)
 	}
-	db, err := pgx.Connect(ctx, dbURL)
+	db, err := connectSeeded(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to pool bench database: %w", err)
+		return nil, err
 	}
 	defer func() { _ = db.Close(context.Background()) }()
-	if _, err := db.Exec(ctx, seedTables); err != nil {
-		return nil, fmt.Errorf("create seed tables: %w", err)
-	}
 	vars := map[string]string{config.EnvDatabaseURL: dbURL, config.EnvSigningSecretPrefix + "0": benchSecret}
 
 	one, err := measureDedicated(ctx, env, db, vars)

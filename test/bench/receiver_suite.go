@@ -50,22 +50,16 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_receiver")
+	dbURL, drop, err := env.NewMigratedDatabase(ctx, "hk_bench_receiver")
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
-	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
-		return nil, fmt.Errorf("migrate bench database: %w", err)
-	}
-	db, err := pgx.Connect(ctx, dbURL)
+	db, err := connectSeeded(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to bench database: %w", err)
+		return nil, err
 	}
 	defer func() { _ = db.Close(context.Background()) }()
-	if _, err := db.Exec(ctx, seedTables); err != nil {
-		return nil, fmt.Errorf("create seed tables: %w", err)
-	}
 	if env.ReceiverSetupSQL != "" {
 		env.Log.Printf("receiver: database setup: %s", env.ReceiverSetupSQL)
 		if _, err := db.Exec(ctx, env.ReceiverSetupSQL); err != nil {
