@@ -232,6 +232,17 @@ func sendSigned(req *http.Request, body []byte, secret string) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// scrapeMetrics returns the /metrics text of the admin port at adminURL
+// ("http://host:port").
+func scrapeMetrics(t *testing.T, adminURL string) string {
+	t.Helper()
+	text, err := testsupport.Metrics(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
 type endpointStatus struct {
 	Name, Key, Hash, Error string
 	Ready                  bool

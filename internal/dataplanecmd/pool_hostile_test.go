@@ -18,21 +18,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// scrapeMetrics returns the admin port's /metrics text.
-func scrapeMetrics(t *testing.T, admin string) string {
-	t.Helper()
-	resp, err := http.Get(admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(raw)
-}
-
 // A member removed and added back while its old version is still draining (a request
 // in flight holds it, as a slow provider connection or a dispatcher's grace would): the
 // re-added version is the one serving, so the old version's drain must not forget the

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -179,7 +177,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 		t.Cleanup(pool.Close)
 		checkers[db] = pool
 	}
-	sink := newReloadSink(t)
+	sink := testsupport.AcceptingSink(t)
 
 	targets := map[string]*reloadTarget{}
 	add := func(name, db, secret string) *reloadTarget {
@@ -505,17 +503,6 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	if n := count(t, connect(t, db3), `SELECT count(*) FROM shared.receiver_heartbeats WHERE endpoint = 'shop/gone'`); n != 0 {
 		t.Errorf("the removed endpoint's heartbeat row is still there")
 	}
-}
-
-// newReloadSink is a sink that takes every delivery.
-func newReloadSink(t *testing.T) string {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(s.Close)
-	return s.URL
 }
 
 // reloadGroupedTransactions counts the receipt transactions of the members names that
