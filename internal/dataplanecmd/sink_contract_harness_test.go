@@ -44,19 +44,17 @@ const (
 
 var contractSinkKey = "whsec_" + base64.StdEncoding.EncodeToString([]byte(contractSinkKeyRaw))
 
-// contractManifest is a Stripe endpoint with two transitions per order, delivering to
-// sinkURL with the given extra delivery fields (YAML flow-map entries).
-func contractManifest(sinkURL, deliveryExtra string) string {
-	if deliveryExtra != "" {
-		deliveryExtra = ", " + deliveryExtra
-	}
+// ordersManifest is the WebhookEndpoint "orders" in namespace that the in-process
+// receiver tests serve: Stripe at /stripe, orders keyed by client_txn_id, paid on
+// payment_intent.succeeded and refunded on charge.refunded. signingSecrets and delivery
+// are the YAML (flow style) of spec.signingSecrets and spec.delivery.
+func ordersManifest(namespace, signingSecrets, delivery string) string {
 	return fmt.Sprintf(`apiVersion: hookkeeper.dev/v1alpha1
 kind: WebhookEndpoint
-metadata: {name: orders, namespace: contract}
+metadata: {name: orders, namespace: %s}
 spec:
   provider: {type: Stripe}
-  signingSecrets:
-  - secretKeyRef: {name: stripe-webhook, key: current}
+  signingSecrets: %s
   event:
     entityKey: body.data.object.metadata.client_txn_id
   database:
@@ -69,9 +67,20 @@ spec:
     transitions:
     - {name: capture, "on": [payment_intent.succeeded], from: [payment_pending], to: paid, emit: order.paid}
     - {name: refund, "on": [charge.refunded], from: [paid], to: refunded, emit: order.refunded}
-  delivery: {sink: {url: %q}, signingSecretRef: {name: sink-key, key: whsec}%s}
+  delivery: %s
   receiver: {path: /stripe}
-`, sinkURL, deliveryExtra)
+`, namespace, signingSecrets, delivery)
+}
+
+// contractManifest is the contract endpoint (contractEndpointKey), verifying with
+// contractStripeSecret and delivering to sinkURL signed with contractSinkKey, with the
+// given extra delivery fields (YAML flow-map entries).
+func contractManifest(sinkURL, deliveryExtra string) string {
+	if deliveryExtra != "" {
+		deliveryExtra = ", " + deliveryExtra
+	}
+	return ordersManifest("contract", `[{secretKeyRef: {name: stripe-webhook, key: current}}]`,
+		fmt.Sprintf(`{sink: {url: %q}, signingSecretRef: {name: sink-key, key: whsec}%s}`, sinkURL, deliveryExtra))
 }
 
 // contractLogs collects every log line of a receiver.
@@ -99,15 +108,32 @@ type contractReceiver struct {
 	stop  func()
 }
 
-// startContractReceiver serves manifest (with dbURL and the keys in its environment) in
-// this process, as `hookkeeper-receiver receiver` does, and waits for /readyz.
-func startContractReceiver(t *testing.T, dbURL, manifest string, dispatcher bool) *contractReceiver {
+// contractDeployment is the contract endpoint on a migrated database of its own: what a
+// sink contract test starts its receivers on.
+type contractDeployment struct {
+	dbURL    string
+	manifest string
+}
+
+// deployContract migrates a database for contractManifest(sinkURL, deliveryExtra).
+func deployContract(t *testing.T, sinkURL, deliveryExtra string) contractDeployment {
 	t.Helper()
-	return serveManifest(t, manifest, map[string]string{
-		config.EnvDatabaseURL:               dbURL,
+	return contractDeployment{
+		dbURL:    testsupport.MigratedDatabase(t, "hookkeeper"),
+		manifest: contractManifest(sinkURL, deliveryExtra),
+	}
+}
+
+// startReceiver serves the deployment (with its database URL and the keys in its
+// environment) in this process with its dispatcher, as `hookkeeper-receiver receiver`
+// does, and waits for /readyz. Each call starts another receiver on the same database.
+func (d contractDeployment) startReceiver(t *testing.T) *contractReceiver {
+	t.Helper()
+	return serveManifest(t, d.manifest, map[string]string{
+		config.EnvDatabaseURL:               d.dbURL,
 		config.EnvSigningSecretPrefix + "0": contractStripeSecret,
 		config.EnvDeliverySecret:            contractSinkKey,
-	}, dispatcher)
+	}, true)
 }
 
 // serveManifest serves manifest with env as its environment, in this process, and waits

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -28,9 +27,8 @@ import (
 // arrives once, signed, with Idempotency-Key == webhook-id == body id, the envelope's
 // fields as docs/concepts.md shows them, and an entity's effects in order.
 func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 500ms}"), true)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 500ms}").startReceiver(t)
 
 	const orders = 6
 	base := time.Now().Add(-time.Minute).Truncate(time.Second)
@@ -114,7 +112,6 @@ func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
 // Retry-After: 2, then 503, then 2xx sees the same key each time and no retry before
 // the Retry-After it asked for.
 func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
 		switch seen {
@@ -129,7 +126,7 @@ func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 5s}"), true)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 5s}").startReceiver(t)
 	id := contractEventID("retry")
 	rr.send(t, id, "payment_intent.succeeded", "ord-r", time.Now())
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
@@ -157,7 +154,6 @@ func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
 // Every effect arrives, under one key, never two requests of one key at once, and each
 // order's effects in order.
 func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -188,9 +184,9 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	manifest := contractManifest(sink.srv.URL, "concurrency: 4, backoff: {initial: 50ms, max: 300ms}")
-	a := startContractReceiver(t, dbURL, manifest, true)
-	b := startContractReceiver(t, dbURL, manifest, true)
+	ep := deployContract(t, sink.srv.URL, "concurrency: 4, backoff: {initial: 50ms, max: 300ms}")
+	a := ep.startReceiver(t)
+	b := ep.startReceiver(t)
 	const orders = 40
 	base := time.Now().Add(-time.Minute).Truncate(time.Second)
 	var wg sync.WaitGroup
@@ -228,7 +224,6 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 // (the closest to "crash between the sink's 2xx and the commit" in process). The next
 // receiver delivers the row again with the same key.
 func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	hold := make(chan struct{})
 	arrived := make(chan struct{}, 1)
@@ -240,8 +235,8 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	manifest := contractManifest(sink.srv.URL, "timeout: 30s, backoff: {initial: 50ms, max: 300ms}")
-	a := startContractReceiver(t, dbURL, manifest, true)
+	ep := deployContract(t, sink.srv.URL, "timeout: 30s, backoff: {initial: 50ms, max: 300ms}")
+	a := ep.startReceiver(t)
 	id := contractEventID("crash")
 	a.send(t, id, "payment_intent.succeeded", "ord-crash", time.Now())
 	select {
@@ -257,10 +252,10 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 		t.Fatal("receiver did not stop")
 	}
 	close(hold)
-	b := startContractReceiver(t, dbURL, manifest, true)
+	b := ep.startReceiver(t)
 	_ = b
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 1, 60*time.Second, "delivered by the second receiver")
 	if n := len(sink.requestsFor(key)); n < 2 {
 		t.Errorf("%d requests with the key, want the re-delivery too", n)
@@ -277,7 +272,6 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 // rows flow. A sink with an application bug answers 500 for one order's effect only,
 // and 2xx for everything else.
 func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		if d.env["entityKey"] == "ord-poison" {
@@ -287,9 +281,9 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "maxAttempts: 8, backoff: {initial: 50ms, max: 200ms}"), true)
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sink.srv.URL, "maxAttempts: 8, backoff: {initial: 50ms, max: 200ms}")
+	rr := ep.startReceiver(t)
+	conn := connect(t, ep.dbURL)
 
 	poison := contractEventID("poison")
 	rr.send(t, poison, "payment_intent.succeeded", "ord-poison", time.Now())
@@ -326,7 +320,6 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 // and answers 2xx only after the attempt timeout; the retry must carry the same key
 // (so the sink applies it once) and nothing may be posted twice at once.
 func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	release := make(chan struct{})
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
@@ -340,8 +333,8 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "timeout: 1s, backoff: {initial: 50ms, max: 200ms}"), true)
+	ep := deployContract(t, sink.srv.URL, "timeout: 1s, backoff: {initial: 50ms, max: 200ms}")
+	rr := ep.startReceiver(t)
 	id := contractEventID("slow")
 	rr.send(t, id, "payment_intent.succeeded", "ord-slow", time.Now())
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
@@ -349,7 +342,7 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 		return len(sink.requestsFor(key)) >= 2
 	})
 	close(release)
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 1, 20*time.Second, "delivered")
 	if n := sink.appliedCount(); n != 1 {
 		t.Errorf("%d effects at the sink, want 1", n)
@@ -370,7 +363,6 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 // The docs: a redirect is a failed attempt, never followed; last_error, metrics and logs
 // never carry the URL (it may hold credentials).
 func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	var elsewhere atomic.Int32
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elsewhere.Add(1)
@@ -385,11 +377,11 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	}
 	const user, pass, token = "sinkuser", "s3cr3t-sink-pass", "tok-9f8e7d"
 	sinkURL := strings.Replace(sink.srv.URL, "http://", "http://"+user+":"+pass+"@", 1) + "/hook?token=" + token
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	id := contractEventID("redir")
 	rr.send(t, id, "payment_intent.succeeded", "ord-redir", time.Now())
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered after 3 redirects")
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect target got %d requests", n)
@@ -406,7 +398,7 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 			t.Errorf("last_error %q contains %q", lastErr, bad)
 		}
 	}
-	metrics := contractScrape(t, rr.admin)
+	metrics := scrapeMetrics(t, "http://"+rr.admin)
 	logs := rr.logs.all()
 	for _, bad := range []string{pass, token} {
 		if strings.Contains(metrics, bad) {
@@ -418,22 +410,10 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	}
 }
 
-func contractScrape(t *testing.T, admin string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
 // TestSinkContractEndlessResponseBodyDoesNotBlockDelivery: a sink that answers 200 then
 // streams a body that never ends (or is enormous). The attempt must end (delivered or
 // retried), never hang the worker or exhaust memory.
 func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		rec := w.(*contractDeferred)
@@ -448,12 +428,12 @@ func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
 		}
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "timeout: 2s, ordering: None, backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sink.srv.URL, "timeout: 2s, ordering: None, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	for i := range 3 {
 		rr.send(t, contractEventID("big"), "payment_intent.succeeded", fmt.Sprintf("ord-big-%d", i), time.Now())
 	}
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 3, 30*time.Second, "all three delivered")
 	sink.checkOnce(t)
 }
@@ -462,7 +442,6 @@ func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
 // after maxAttempts; once fixed, `hookkeeper replay --dead-letters` (RedriveDeadLetters)
 // delivers it with the same Idempotency-Key; a second run re-sends nothing.
 func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	var broken atomic.Bool
 	broken.Store(true)
@@ -474,12 +453,12 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	id := contractEventID("dead")
 	rr.send(t, id, "payment_intent.succeeded", "ord-dead", time.Now())
 	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(key)); n != 3 {
 		t.Errorf("%d attempts before the dead letter, want maxAttempts 3", n)
@@ -489,7 +468,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		t.Errorf("last_error %q, want the status", lastErr)
 	}
 	broken.Store(false)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := pgxpool.New(context.Background(), ep.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,16 +495,16 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 // TestSinkContractGoneDeadLettersAtOnce: docs/concepts.md: dead-letters at once when the sink
 // answers 410 Gone.
 func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		w.WriteHeader(http.StatusGone)
 		return false
 	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	id := contractEventID("gone")
 	rr.send(t, id, "payment_intent.succeeded", "ord-gone", time.Now())
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))); n != 1 {
 		t.Errorf("%d attempts, want 1 (410 dead-letters at once)", n)
@@ -536,7 +515,6 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 // failure is retried after a full-jitter backoff, "at least the sink's Retry-After";
 // docs/concepts.md: "honouring the sink's Retry-After".
 func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
 		if seen == 0 {
@@ -547,7 +525,7 @@ func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 100ms, max: 1s}"), true)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 100ms, max: 1s}").startReceiver(t)
 	id := contractEventID("ra")
 	rr.send(t, id, "payment_intent.succeeded", "ord-ra", time.Now())
 	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool { return sink.appliedCount() == 1 })
@@ -563,14 +541,14 @@ func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
 // TestSinkContractTLSFailureLastErrorNamesNoHost: an https sink whose certificate does not
 // verify; last_error says what failed without the sink's host or address.
 func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	tlsSink := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer tlsSink.Close()
 	port := tlsSink.URL[strings.LastIndex(tlsSink.URL, ":")+1:]
 	sinkURL := "https://localhost:" + port + "/hook"
-	rr := startContractReceiver(t, dbURL, contractManifest(sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	rr.send(t, contractEventID("tls"), "payment_intent.succeeded", "ord-tls", time.Now())
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	lastErr := outboxLastError(t, conn)
 	t.Logf("last_error: %q", lastErr)
@@ -588,9 +566,8 @@ func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
 // TestSinkContractDeliveredEventIsTheProviderEvent: docs/concepts.md says data.event is
 // the provider's event as jsonb keeps it: the same JSON value, not the same bytes.
 func TestSinkContractDeliveredEventIsTheProviderEvent(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, ""), true)
+	rr := deployContract(t, sink.srv.URL, "").startReceiver(t)
 	id := contractEventID("raw")
 	body := demo.StripeEvent(id, "payment_intent.succeeded", "ord-raw", 4200, time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
