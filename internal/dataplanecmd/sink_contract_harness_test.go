@@ -32,6 +32,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -173,6 +174,16 @@ func (rr *contractReceiver) send(t *testing.T, id, typ, order string, at time.Ti
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("webhook %s: %d (%v), want 200", id, status, err)
 	}
+}
+
+// sendPayment sends payment_intent.succeeded, with a fresh event id (contractEventID of
+// name), for the order ord-<name>, and returns the key the sink sees on its order.paid
+// effect.
+func (rr *contractReceiver) sendPayment(t *testing.T, name string) (key string) {
+	t.Helper()
+	id := contractEventID(name)
+	rr.send(t, id, "payment_intent.succeeded", "ord-"+name, time.Now())
+	return receipt.DedupeKey(contractEndpointKey, id, "order.paid")
 }
 
 // awaitOutboxRows waits up to timeout, for what, until want rows of the contract
@@ -383,6 +394,13 @@ func (s *contractSink) appliedCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.effects)
+}
+
+// awaitApplied waits up to timeout, for what, until the sink has applied n distinct
+// effects.
+func (s *contractSink) awaitApplied(t *testing.T, n int, timeout time.Duration, what string) {
+	t.Helper()
+	testsupport.Eventually(t, timeout, 50*time.Millisecond, what, func() bool { return s.appliedCount() == n })
 }
 
 func (s *contractSink) requestsFor(key string) []*contractDelivery {

@@ -50,9 +50,7 @@ func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "every effect at the sink", func() bool {
-		return sink.appliedCount() == 2*orders
-	})
+	sink.awaitApplied(t, 2*orders, 20*time.Second, "every effect at the sink")
 	sink.checkOnce(t)
 
 	for _, s := range all {
@@ -127,12 +125,8 @@ func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
 		return true
 	}
 	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 5s}").startReceiver(t)
-	id := contractEventID("retry")
-	rr.send(t, id, "payment_intent.succeeded", "ord-r", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered after two failures", func() bool {
-		return sink.appliedCount() == 1
-	})
+	key := rr.sendPayment(t, "retry")
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered after two failures")
 	reqs := sink.requestsFor(key)
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests with the key, want 3", len(reqs))
@@ -205,9 +199,7 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	testsupport.Eventually(t, 60*time.Second, 100*time.Millisecond, "every effect at the sink", func() bool {
-		return sink.appliedCount() == 2*orders
-	})
+	sink.awaitApplied(t, 2*orders, 60*time.Second, "every effect at the sink")
 	sink.checkOnce(t)
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
@@ -237,8 +229,7 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 	}
 	ep := deployContract(t, sink.srv.URL, "timeout: 30s, backoff: {initial: 50ms, max: 300ms}")
 	a := ep.startReceiver(t)
-	id := contractEventID("crash")
-	a.send(t, id, "payment_intent.succeeded", "ord-crash", time.Now())
+	key := a.sendPayment(t, "crash")
 	select {
 	case <-arrived:
 	case <-time.After(20 * time.Second):
@@ -254,7 +245,6 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 	close(hold)
 	b := ep.startReceiver(t)
 	_ = b
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
 	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 1, 60*time.Second, "delivered by the second receiver")
 	if n := len(sink.requestsFor(key)); n < 2 {
@@ -285,9 +275,7 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 	rr := ep.startReceiver(t)
 	conn := connect(t, ep.dbURL)
 
-	poison := contractEventID("poison")
-	rr.send(t, poison, "payment_intent.succeeded", "ord-poison", time.Now())
-	pkey := receipt.DedupeKey(contractEndpointKey, poison, "order.paid")
+	pkey := rr.sendPayment(t, "poison")
 	// Let it fail a few times with nothing else in flight.
 	testsupport.Eventually(t, 20*time.Second, 20*time.Millisecond, "six failed attempts of the poison row", func() bool {
 		return len(sink.requestsFor(pkey)) >= 6
@@ -300,8 +288,7 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 		others = append(others, id)
 		rr.send(t, id, "payment_intent.succeeded", fmt.Sprintf("ord-ok-%d", i), time.Now())
 	}
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "the other orders' effects delivered while one row fails",
-		func() bool { return sink.appliedCount() == len(others) })
+	sink.awaitApplied(t, len(others), 30*time.Second, "the other orders' effects delivered while one row fails")
 	// With traffic flowing the failing row spends its attempts and is dead-lettered, for
 	// a person to see (HookkeeperDeadLetters) and re-drive or discard.
 	var attempts int
@@ -335,9 +322,7 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 	}
 	ep := deployContract(t, sink.srv.URL, "timeout: 1s, backoff: {initial: 50ms, max: 200ms}")
 	rr := ep.startReceiver(t)
-	id := contractEventID("slow")
-	rr.send(t, id, "payment_intent.succeeded", "ord-slow", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
+	key := rr.sendPayment(t, "slow")
 	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "a second request", func() bool {
 		return len(sink.requestsFor(key)) >= 2
 	})
@@ -379,8 +364,7 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	sinkURL := strings.Replace(sink.srv.URL, "http://", "http://"+user+":"+pass+"@", 1) + "/hook?token=" + token
 	ep := deployContract(t, sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
 	rr := ep.startReceiver(t)
-	id := contractEventID("redir")
-	rr.send(t, id, "payment_intent.succeeded", "ord-redir", time.Now())
+	rr.sendPayment(t, "redir")
 	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered after 3 redirects")
 	if n := elsewhere.Load(); n != 0 {
@@ -455,9 +439,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 	}
 	ep := deployContract(t, sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
 	rr := ep.startReceiver(t)
-	id := contractEventID("dead")
-	rr.send(t, id, "payment_intent.succeeded", "ord-dead", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
+	key := rr.sendPayment(t, "dead")
 	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(key)); n != 3 {
@@ -478,9 +460,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 	if err != nil || rep.Replayed != 1 {
 		t.Fatalf("redrive: %+v, %v", rep, err)
 	}
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "re-driven dead letter delivered", func() bool {
-		return sink.appliedCount() == 1
-	})
+	sink.awaitApplied(t, 1, 20*time.Second, "re-driven dead letter delivered")
 	rep, err = outbox.RedriveDeadLetters(context.Background(), pool, tables, outbox.Selection{Endpoint: contractEndpointKey}, outbox.ReplayOptions{})
 	if err != nil || rep.Replayed != 0 {
 		t.Errorf("second redrive: %+v, %v, want nothing", rep, err)
@@ -502,11 +482,10 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 	}
 	ep := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}")
 	rr := ep.startReceiver(t)
-	id := contractEventID("gone")
-	rr.send(t, id, "payment_intent.succeeded", "ord-gone", time.Now())
+	key := rr.sendPayment(t, "gone")
 	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
-	if n := len(sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))); n != 1 {
+	if n := len(sink.requestsFor(key)); n != 1 {
 		t.Errorf("%d attempts, want 1 (410 dead-letters at once)", n)
 	}
 }
@@ -526,10 +505,9 @@ func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
 		return true
 	}
 	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 100ms, max: 1s}").startReceiver(t)
-	id := contractEventID("ra")
-	rr.send(t, id, "payment_intent.succeeded", "ord-ra", time.Now())
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool { return sink.appliedCount() == 1 })
-	reqs := sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))
+	key := rr.sendPayment(t, "ra")
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered")
+	reqs := sink.requestsFor(key)
 	if len(reqs) < 2 {
 		t.Fatalf("%d requests", len(reqs))
 	}
@@ -547,7 +525,7 @@ func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
 	sinkURL := "https://localhost:" + port + "/hook"
 	ep := deployContract(t, sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}")
 	rr := ep.startReceiver(t)
-	rr.send(t, contractEventID("tls"), "payment_intent.succeeded", "ord-tls", time.Now())
+	rr.sendPayment(t, "tls")
 	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	lastErr := outboxLastError(t, conn)
@@ -575,7 +553,7 @@ func TestSinkContractDeliveredEventIsTheProviderEvent(t *testing.T) {
 	if status, err := demo.PostStripe(ctx, rr.url, contractStripeSecret, body); err != nil || status != http.StatusOK {
 		t.Fatalf("webhook: %d %v", status, err)
 	}
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool { return sink.appliedCount() == 1 })
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered")
 	d := sink.snapshot()[0]
 	var env struct {
 		Data struct {
