@@ -241,6 +241,25 @@ type contractSink struct {
 	hook func(w http.ResponseWriter, d *contractDelivery, seen int) (apply bool)
 }
 
+// retryAfterHook is a contractSink hook that answers a key's first request 429 with
+// Retry-After: seconds, its next ones each status of then in turn, and the rest 200,
+// applying the effect only with the 200.
+func retryAfterHook(seconds int, then ...int) func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
+	return func(w http.ResponseWriter, _ *contractDelivery, seen int) bool {
+		switch {
+		case seen == 0:
+			w.Header().Set("Retry-After", strconv.Itoa(seconds))
+			w.WriteHeader(http.StatusTooManyRequests)
+			return false
+		case seen <= len(then):
+			w.WriteHeader(then[seen-1])
+			return false
+		}
+		w.WriteHeader(http.StatusOK)
+		return true
+	}
+}
+
 func newContractSink(t *testing.T) *contractSink {
 	t.Helper()
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(contractSinkKey, "whsec_"))

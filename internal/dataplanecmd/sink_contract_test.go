@@ -111,19 +111,7 @@ func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
 // the Retry-After it asked for.
 func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
 	sink := newContractSink(t)
-	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
-		switch seen {
-		case 0:
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return false
-		case 1:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return false
-		}
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
+	sink.hook = retryAfterHook(2, http.StatusServiceUnavailable)
 	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 5s}").startReceiver(t)
 	key := rr.sendPayment(t, "retry")
 	sink.awaitApplied(t, 1, 20*time.Second, "delivered after two failures")
@@ -495,15 +483,7 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 // docs/concepts.md: "honouring the sink's Retry-After".
 func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
 	sink := newContractSink(t)
-	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
-		if seen == 0 {
-			w.Header().Set("Retry-After", "4")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return false
-		}
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
+	sink.hook = retryAfterHook(4)
 	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 100ms, max: 1s}").startReceiver(t)
 	key := rr.sendPayment(t, "ra")
 	sink.awaitApplied(t, 1, 20*time.Second, "delivered")
