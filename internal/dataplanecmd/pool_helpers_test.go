@@ -55,6 +55,13 @@ func (v *secretVolume) set(name string, manifest []byte, env map[string]string) 
 	v.publish()
 }
 
+// setMember publishes e as a pool member: its manifest, and an env file with dbURL and
+// the signing secret (poolEnv).
+func (v *secretVolume) setMember(e poolEndpoint, dbURL, secret string) {
+	v.t.Helper()
+	v.set(e.name, e.manifest(), poolEnv(dbURL, secret))
+}
+
 func (v *secretVolume) remove(name string) { v.set(name, nil, nil) }
 
 func (v *secretVolume) publish() {

@@ -229,7 +229,7 @@ func spec(doc map[string]any) map[string]any { return doc["spec"].(map[string]an
 func TestPoolHostileMemberFiles(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
 	vol := newSecretVolume(t)
-	vol.set("steady", poolEndpoint{name: "steady", schema: "shared"}.manifest(), poolEnv(db, "whsec_steady"))
+	vol.setMember(poolEndpoint{name: "steady", schema: "shared"}, db, "whsec_steady")
 	p := startPool(t, vol.dir)
 	if c := p.post(t, "/steady/", "whsec_steady"); c != http.StatusOK {
 		t.Fatalf("steady: %d", c)
@@ -402,10 +402,8 @@ func TestPoolPrefixNamesShareASchemaWithoutMixing(t *testing.T) {
 		return s.URL
 	}
 	vol := newSecretVolume(t)
-	vol.set("orders", poolEndpoint{name: "orders", schema: "shared", path: "/", sinkURL: sink("orders")}.manifest(),
-		poolEnv(db, "whsec_orders"))
-	vol.set("orders-eu", poolEndpoint{name: "orders-eu", schema: "shared", path: "/stripe", sinkURL: sink("orders-eu")}.manifest(),
-		poolEnv(db, "whsec_orders_eu"))
+	vol.setMember(poolEndpoint{name: "orders", schema: "shared", path: "/", sinkURL: sink("orders")}, db, "whsec_orders")
+	vol.setMember(poolEndpoint{name: "orders-eu", schema: "shared", path: "/stripe", sinkURL: sink("orders-eu")}, db, "whsec_orders_eu")
 	p := startPool(t, vol.dir)
 	conn := connect(t, db)
 	total := func() int { return count(t, conn, `SELECT count(*) FROM shared.webhook_events`) }

@@ -198,9 +198,9 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	})
 	vol := newSecretVolume(t)
 	for _, tg := range []*reloadTarget{steady, rot, gone} {
-		vol.set(tg.name, poolEndpoint{name: tg.name, schema: "shared", sinkURL: sink}.manifest(), poolEnv(tg.db, *tg.secret.Load()))
+		vol.setMember(poolEndpoint{name: tg.name, schema: "shared", sinkURL: sink}, tg.db, *tg.secret.Load())
 	}
-	vol.set("trans", transV1.manifest(), poolEnv(db1, "whsec_trans"))
+	vol.setMember(transV1, db1, "whsec_trans")
 	base := settledGoroutines(t)
 	p := startPool(t, vol.dir)
 	for _, tg := range []*reloadTarget{steady, rot, trans, gone} {
@@ -350,7 +350,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	flowing("traffic to every member", 20, steady, rot, trans, gone)
 
 	// Added.
-	vol.set("fresh", poolEndpoint{name: "fresh", schema: "shared", sinkURL: sink}.manifest(), poolEnv(db1, "whsec_fresh"))
+	vol.setMember(poolEndpoint{name: "fresh", schema: "shared", sinkURL: sink}, db1, "whsec_fresh")
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the added endpoint to be listed", func() bool {
 		return p.endpoints(t)["fresh"].Key == "shop/fresh"
 	})
@@ -362,7 +362,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 		before := hashOf("rot")
 		next := fmt.Sprintf("whsec_rot_%d", i)
 		rot.rotating.Add(1)
-		vol.set("rot", poolEndpoint{name: "rot", schema: "shared", sinkURL: sink}.manifest(), poolEnv(db2, next))
+		vol.setMember(poolEndpoint{name: "rot", schema: "shared", sinkURL: sink}, db2, next)
 		awaitNewHash("rot", before)
 		rot.secret.Store(&next)
 		rot.rotated.Add(1)
