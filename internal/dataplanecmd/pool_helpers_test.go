@@ -189,7 +189,15 @@ var postClient = &http.Client{Timeout: 15 * time.Second}
 // post sends a signed Stripe event with a fresh id to path and returns the status.
 func (p *runningPool) post(t testing.TB, path, secret string) int {
 	t.Helper()
-	code, err := p.postErr(path, secret)
+	id := nextEventID()
+	return p.postEvent(t, path, secret, id, "ord-"+id)
+}
+
+// postEvent sends a Stripe event with the given id and entity to path, signed with
+// secret, and returns the status.
+func (p *runningPool) postEvent(t testing.TB, path, secret, id, entity string) int {
+	t.Helper()
+	code, err := postStripeEvent(p.webhook+path, secret, id, entity)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}

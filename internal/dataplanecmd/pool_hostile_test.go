@@ -352,17 +352,6 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 	_ = fmt.Sprint
 }
 
-// postEvent sends a Stripe event with the given id and entity to path, signed with
-// secret, and returns the status.
-func postEvent(t *testing.T, base, path, secret, id, entity string) int {
-	t.Helper()
-	code, err := postStripeEvent(base+path, secret, id, entity)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	return code
-}
-
 // rawRequest sends a request line with an exact (unnormalised) target and returns the
 // status line's code.
 func rawPost(t *testing.T, base, target, secret string) int {
@@ -451,26 +440,26 @@ func TestPoolPrefixNamesShareASchemaWithoutMixing(t *testing.T) {
 
 	before := total()
 	// The same event id and entity key to both, each with its own secret.
-	if c := postEvent(t, p.webhook, "/orders/", "whsec_orders", "evt_same", "ord-same"); c != http.StatusOK {
+	if c := p.postEvent(t, "/orders/", "whsec_orders", "evt_same", "ord-same"); c != http.StatusOK {
 		t.Fatalf("orders: %d", c)
 	}
-	if c := postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"); c != http.StatusOK {
+	if c := p.postEvent(t, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"); c != http.StatusOK {
 		t.Fatalf("orders-eu: %d", c)
 	}
 	// A copy to each is a duplicate of its own only.
 	for _, c := range []int{
-		postEvent(t, p.webhook, "/orders/", "whsec_orders", "evt_same", "ord-same"),
-		postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"),
+		p.postEvent(t, "/orders/", "whsec_orders", "evt_same", "ord-same"),
+		p.postEvent(t, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"),
 	} {
 		if c != http.StatusOK {
 			t.Fatalf("duplicate: %d", c)
 		}
 	}
 	// Cross-signed copies with the same id: refused, and nothing recorded.
-	if c := postEvent(t, p.webhook, "/orders/", "whsec_orders_eu", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
+	if c := p.postEvent(t, "/orders/", "whsec_orders_eu", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
 		t.Errorf("orders with orders-eu's secret: %d, want 401", c)
 	}
-	if c := postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
+	if c := p.postEvent(t, "/orders-eu/stripe", "whsec_orders", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
 		t.Errorf("orders-eu with orders' secret: %d, want 401", c)
 	}
 	if n := total() - before; n != 2 {
