@@ -95,11 +95,8 @@ func startReplicas(t *testing.T, ctx context.Context, we *v1alpha1.WebhookEndpoi
 	path := testsupport.ManifestFile(t, we)
 	bases := make([]string, n)
 	for i := range n {
-		webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-		r := testsupport.Run(t, ctx, fmt.Sprintf("receiver replica %d", i), 20*time.Second, receiverCommand(
-			"--endpoint", path, "--listen-address", webhookAddr, "--admin-address", adminAddr,
-			"--dispatcher=false", "--log-level", "error", "--shutdown-timeout", "10s"))
-		testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, r.Exited)
+		webhookAddr, _ := startReceiver(t, ctx, fmt.Sprintf("receiver replica %d", i),
+			"--endpoint", path, "--dispatcher=false", "--log-level", "error", "--shutdown-timeout", "10s")
 		bases[i] = "http://" + webhookAddr
 	}
 	return bases
