@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
@@ -127,6 +128,22 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 	}
 	p.AdminAddr = adminAddr
 	return p, nil
+}
+
+// StartReceiver runs `hookkeeper receiver` with args on free webhook and admin
+// addresses (their flags come first) and returns it, ready, with its webhook address.
+func (e *Env) StartReceiver(ctx context.Context, env []string, args ...string) (*Process, string, error) {
+	webhookAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	adminAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	args = append([]string{"receiver", "--listen-address", webhookAddr, "--admin-address", adminAddr}, args...)
+	proc, err := e.StartHookkeeper(ctx, adminAddr, env, args...)
+	return proc, webhookAddr, err
 }
 
 // StartProcess runs binary with args and env (added to this process's environment),

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
-	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -166,21 +165,9 @@ func receiverConns(ctx context.Context, db *pgx.Conn) (int64, error) {
 	return n, err
 }
 
-// startQuietReceiver starts `receiver` with args on free addresses, logging warnings
-// only, and returns it with its webhook address.
+// startQuietReceiver is startReceiver logging warnings only.
 func startQuietReceiver(ctx context.Context, env *Env, procEnv []string, args ...string) (*Process, string, error) {
-	webhookAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	adminAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	args = append(append([]string{"receiver"}, args...),
-		"--listen-address", webhookAddr, "--admin-address", adminAddr, "--log-level", "warn")
-	proc, err := env.StartHookkeeper(ctx, adminAddr, procEnv, args...)
-	return proc, webhookAddr, err
+	return env.StartReceiver(ctx, procEnv, append(args, "--log-level", "warn")...)
 }
 
 // measurePool starts one receiver serving n endpoints from a directory, sends each one
