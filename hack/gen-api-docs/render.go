@@ -246,35 +246,36 @@ func constraints(s *Schema, inTable bool) []string {
 
 func limits(s *Schema, prefix string) []string {
 	var out []string
-	switch {
-	case s.MinLength != nil && s.MaxLength != nil:
-		out = append(out, fmt.Sprintf("%sLength %d to %d.", prefix, *s.MinLength, *s.MaxLength))
-	case s.MinLength != nil:
-		out = append(out, fmt.Sprintf("%sLength at least %d.", prefix, *s.MinLength))
-	case s.MaxLength != nil:
-		out = append(out, fmt.Sprintf("%sLength at most %d.", prefix, *s.MaxLength))
-	}
-	switch {
-	case s.Minimum != nil && s.Maximum != nil:
-		out = append(out, fmt.Sprintf("%sRange %s to %s.", prefix, number(*s.Minimum), number(*s.Maximum)))
-	case s.Minimum != nil:
-		out = append(out, fmt.Sprintf("%sMinimum %s.", prefix, number(*s.Minimum)))
-	case s.Maximum != nil:
-		out = append(out, fmt.Sprintf("%sMaximum %s.", prefix, number(*s.Maximum)))
-	}
-	switch {
-	case s.MinItems != nil && s.MaxItems != nil:
-		out = append(out, fmt.Sprintf("%s%d to %d items.", prefix, *s.MinItems, *s.MaxItems))
-	case s.MinItems != nil:
-		out = append(out, fmt.Sprintf("%sAt least %d items.", prefix, *s.MinItems))
-	case s.MaxItems != nil:
-		out = append(out, fmt.Sprintf("%sAt most %d items.", prefix, *s.MaxItems))
+	for _, b := range []string{
+		bounds(s.MinLength, s.MaxLength, integer, "Length %s to %s.", "Length at least %s.", "Length at most %s."),
+		bounds(s.Minimum, s.Maximum, number, "Range %s to %s.", "Minimum %s.", "Maximum %s."),
+		bounds(s.MinItems, s.MaxItems, integer, "%s to %s items.", "At least %s items.", "At most %s items."),
+	} {
+		if b != "" {
+			out = append(out, prefix+b)
+		}
 	}
 	if s.Pattern != "" {
 		out = append(out, prefix+"Pattern "+code(s.Pattern)+".")
 	}
 	return out
 }
+
+// bounds renders a pair of optional bounds, each as show writes it: with both the
+// sentence both (two %s), with one atLeast or atMost (one %s), with neither "".
+func bounds[T any](lo, hi *T, show func(T) string, both, atLeast, atMost string) string {
+	switch {
+	case lo != nil && hi != nil:
+		return fmt.Sprintf(both, show(*lo), show(*hi))
+	case lo != nil:
+		return fmt.Sprintf(atLeast, show(*lo))
+	case hi != nil:
+		return fmt.Sprintf(atMost, show(*hi))
+	}
+	return ""
+}
+
+func integer(i int64) string { return strconv.FormatInt(i, 10) }
 
 func number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 

@@ -68,9 +68,12 @@ func chainEndpoint() *v1alpha1.WebhookEndpoint {
 	we.Name = "chain"
 	we.Spec.Database.MaxConnections = 8
 	we.Spec.StateMachine = chainMachine("new", chainSteps)
-	we.Spec.Receiver.Path = "/chain"
+	we.Spec.Receiver.Path = chainPath
 	return we
 }
+
+// chainPath is chainEndpoint's receiver path.
+const chainPath = "/chain"
 
 // replicaPost is one request a provider (or an attacker) sends: to which replica first
 // (a retry goes to the other, as a Service would spread it), the event ids a 2xx
@@ -92,11 +95,8 @@ func startReplicas(t *testing.T, ctx context.Context, we *v1alpha1.WebhookEndpoi
 	path := testsupport.ManifestFile(t, we)
 	bases := make([]string, n)
 	for i := range n {
-		webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
-		r := testsupport.Run(t, ctx, fmt.Sprintf("receiver replica %d", i), 20*time.Second, receiverCommand(
-			"--endpoint", path, "--listen-address", webhookAddr, "--admin-address", adminAddr,
-			"--dispatcher=false", "--log-level", "error", "--shutdown-timeout", "10s"))
-		testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, r.Exited)
+		webhookAddr, _ := startReceiver(t, ctx, fmt.Sprintf("receiver replica %d", i),
+			"--endpoint", path, "--dispatcher=false", "--log-level", "error", "--shutdown-timeout", "10s")
 		bases[i] = "http://" + webhookAddr
 	}
 	return bases
@@ -254,16 +254,31 @@ func chainOutcome(t *testing.T, ctx context.Context, checker *pgxpool.Pool, keys
 	}
 }
 
+// entityStateSQL reads a chain entity (hookkeeper's own entities table) as "state vN",
+// for chainOutcome.
+const entityStateSQL = `SELECT state || ' v' || version FROM hookkeeper.entities WHERE entity_key = $1`
+
+// stripeChain is a Stripe chain run's deliveries (posts, to chainEndpoint) and what
+// they must leave behind: the genuine body of each event id and the events' outbox
+// dedupe keys.
+type stripeChain struct {
+	orders     int
+	posts      []replicaPost
+	bodies     map[string][]byte
+	dedupeKeys []string
+}
+
 // stripeChainPosts are the Stripe deliveries of orders orders (keys orderKey(o)), each
 // event of chainSteps two or three times, the copies alternating between replicas,
 // provider order a second apart per step; and an attacker's, racing them: each event
 // once more with the same id but moved to the next order at amount 1, signed with a
 // key of the attacker's, and once as the genuine body signed an hour ago (a replay
-// outside Stripe's tolerance). It returns the posts, the genuine body of each event id
-// and the events' outbox dedupe keys.
-func stripeChainPosts(rng *rand.Rand, orders int, path, secret string) (posts []replicaPost, bodies map[string][]byte, dedupeKeys []string) {
+// outside Stripe's tolerance).
+func stripeChainPosts(rng *rand.Rand, orders int, secret string) stripeChain {
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
-	bodies = map[string][]byte{}
+	var posts []replicaPost
+	var dedupeKeys []string
+	bodies := map[string][]byte{}
 	for o := range orders {
 		for i, s := range chainSteps {
 			id := fmt.Sprintf("evt_%d_%s", o, s.on)
@@ -275,17 +290,17 @@ func stripeChainPosts(rng *rand.Rand, orders int, path, secret string) (posts []
 			for c := range 2 + rng.IntN(2) {
 				posts = append(posts, replicaPost{what: id, replica: first + c, ids: []string{id},
 					send: func(ctx context.Context, client *http.Client, url string) (int, error) {
-						return demo.PostStripeWith(ctx, client, url+path, secret, body)
+						return demo.PostStripeWith(ctx, client, url+chainPath, secret, body)
 					}})
 			}
 			forged := demo.StripeEvent(id, s.on, orderKey((o+1)%orders), 1, at)
 			posts = append(posts, replicaPost{what: "forged " + id, replica: rng.IntN(2), forged: true,
 				send: func(ctx context.Context, client *http.Client, url string) (int, error) {
-					return demo.PostStripeWith(ctx, client, url+path, "whsec_attacker", forged)
+					return demo.PostStripeWith(ctx, client, url+chainPath, "whsec_attacker", forged)
 				}},
 				replicaPost{what: "replayed " + id, replica: rng.IntN(2), forged: true,
 					send: func(ctx context.Context, client *http.Client, url string) (int, error) {
-						req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
+						req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+chainPath, bytes.NewReader(body))
 						if err != nil {
 							return 0, err
 						}
@@ -295,7 +310,16 @@ func stripeChainPosts(rng *rand.Rand, orders int, path, secret string) (posts []
 					}})
 		}
 	}
-	return shuffled(rng, posts), bodies, dedupeKeys
+	return stripeChain{orders: orders, posts: shuffled(rng, posts), bodies: bodies, dedupeKeys: dedupeKeys}
+}
+
+// checkOutcome checks that every order ended where provider order puts it
+// (chainOutcome, stateSQL reading want) and that each receipt holds the body its event
+// was signed with, whoever answered or left (storedBodies).
+func (c stripeChain) checkOutcome(t *testing.T, run *chainRun, stateSQL, want string) {
+	t.Helper()
+	chainOutcome(t, run.ctx, run.checker, orderKeys(c.orders), stateSQL, want, emits(chainSteps), len(c.bodies), c.dedupeKeys)
+	storedBodies(t, run.ctx, run.checker, c.bodies)
 }
 
 // status reads a response to its end and returns its status code.

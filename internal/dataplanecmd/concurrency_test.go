@@ -41,13 +41,13 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 	)
 	run := newChainRun(t, secret, victim)
 	bases := startReplicas(t, run.ctx, chainEndpoint(), 1)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(7, 8)), orders, "/chain", secret)
+	chain := stripeChainPosts(rand.New(rand.NewPCG(7, 8)), orders, secret)
 	// A nil killer (the runs that kill nothing) does nothing.
 	var killer *testsupport.SessionKiller
 	if kill {
 		killer = testsupport.KillSessions(run.ctx, run.checker, victim)
 	}
-	refused := run.spread(t, bases, posts, spread{senders: 32, hangUp: hangUp, acked: killer.Progress})
+	refused := run.spread(t, bases, chain.posts, spread{senders: 32, hangUp: hangUp, acked: killer.Progress})
 	killed := killer.Stop()
 	t.Logf("%d sessions terminated", killed)
 	if kill && killed == 0 {
@@ -59,8 +59,5 @@ func receiverConverges(t *testing.T, kill, hangUp bool) {
 	if !kill && !hangUp && refused != 0 {
 		t.Errorf("%d deliveries were not answered 2xx with nothing failing", refused)
 	}
-	chainOutcome(t, run.ctx, run.checker, orderKeys(orders), `SELECT state || ' v' || version FROM hookkeeper.entities WHERE entity_key = $1`,
-		"closed v4", emits(chainSteps), len(bodies), dedupeKeys)
-	// Each receipt holds the body its event was signed with, whoever answered or left.
-	storedBodies(t, run.ctx, run.checker, bodies)
+	chain.checkOutcome(t, run, entityStateSQL, "closed v4")
 }

@@ -55,6 +55,13 @@ func (v *secretVolume) set(name string, manifest []byte, env map[string]string) 
 	v.publish()
 }
 
+// setMember publishes e as a pool member: its manifest, and an env file with dbURL and
+// the signing secret (poolEnv).
+func (v *secretVolume) setMember(e poolEndpoint, dbURL, secret string) {
+	v.t.Helper()
+	v.set(e.name, e.manifest(), poolEnv(dbURL, secret))
+}
+
 func (v *secretVolume) remove(name string) { v.set(name, nil, nil) }
 
 func (v *secretVolume) publish() {
@@ -182,7 +189,15 @@ var postClient = &http.Client{Timeout: 15 * time.Second}
 // post sends a signed Stripe event with a fresh id to path and returns the status.
 func (p *runningPool) post(t testing.TB, path, secret string) int {
 	t.Helper()
-	code, err := p.postErr(path, secret)
+	id := nextEventID()
+	return p.postEvent(t, path, secret, id, "ord-"+id)
+}
+
+// postEvent sends a Stripe event with the given id and entity to path, signed with
+// secret, and returns the status.
+func (p *runningPool) postEvent(t testing.TB, path, secret, id, entity string) int {
+	t.Helper()
+	code, err := postStripeEvent(p.webhook+path, secret, id, entity)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
@@ -230,6 +245,17 @@ func sendSigned(req *http.Request, body []byte, secret string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// scrapeMetrics returns the /metrics text of the admin port at adminURL
+// ("http://host:port").
+func scrapeMetrics(t *testing.T, adminURL string) string {
+	t.Helper()
+	text, err := testsupport.Metrics(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
 }
 
 type endpointStatus struct {

@@ -18,21 +18,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// scrapeMetrics returns the admin port's /metrics text.
-func scrapeMetrics(t *testing.T, admin string) string {
-	t.Helper()
-	resp, err := http.Get(admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(raw)
-}
-
 // A member removed and added back while its old version is still draining (a request
 // in flight holds it, as a slow provider connection or a dispatcher's grace would): the
 // re-added version is the one serving, so the old version's drain must not forget the
@@ -244,7 +229,7 @@ func spec(doc map[string]any) map[string]any { return doc["spec"].(map[string]an
 func TestPoolHostileMemberFiles(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
 	vol := newSecretVolume(t)
-	vol.set("steady", poolEndpoint{name: "steady", schema: "shared"}.manifest(), poolEnv(db, "whsec_steady"))
+	vol.setMember(poolEndpoint{name: "steady", schema: "shared"}, db, "whsec_steady")
 	p := startPool(t, vol.dir)
 	if c := p.post(t, "/steady/", "whsec_steady"); c != http.StatusOK {
 		t.Fatalf("steady: %d", c)
@@ -367,17 +352,6 @@ func TestPoolHostileMemberFiles(t *testing.T) {
 	_ = fmt.Sprint
 }
 
-// postEvent sends a Stripe event with the given id and entity to path, signed with
-// secret, and returns the status.
-func postEvent(t *testing.T, base, path, secret, id, entity string) int {
-	t.Helper()
-	code, err := postStripeEvent(base+path, secret, id, entity)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	return code
-}
-
 // rawRequest sends a request line with an exact (unnormalised) target and returns the
 // status line's code.
 func rawPost(t *testing.T, base, target, secret string) int {
@@ -417,10 +391,8 @@ func TestPoolPrefixNamesShareASchemaWithoutMixing(t *testing.T) {
 		return s.URL
 	}
 	vol := newSecretVolume(t)
-	vol.set("orders", poolEndpoint{name: "orders", schema: "shared", path: "/", sinkURL: sink("orders")}.manifest(),
-		poolEnv(db, "whsec_orders"))
-	vol.set("orders-eu", poolEndpoint{name: "orders-eu", schema: "shared", path: "/stripe", sinkURL: sink("orders-eu")}.manifest(),
-		poolEnv(db, "whsec_orders_eu"))
+	vol.setMember(poolEndpoint{name: "orders", schema: "shared", path: "/", sinkURL: sink("orders")}, db, "whsec_orders")
+	vol.setMember(poolEndpoint{name: "orders-eu", schema: "shared", path: "/stripe", sinkURL: sink("orders-eu")}, db, "whsec_orders_eu")
 	p := startPool(t, vol.dir)
 	conn := connect(t, db)
 	total := func() int { return count(t, conn, `SELECT count(*) FROM shared.webhook_events`) }
@@ -468,26 +440,26 @@ func TestPoolPrefixNamesShareASchemaWithoutMixing(t *testing.T) {
 
 	before := total()
 	// The same event id and entity key to both, each with its own secret.
-	if c := postEvent(t, p.webhook, "/orders/", "whsec_orders", "evt_same", "ord-same"); c != http.StatusOK {
+	if c := p.postEvent(t, "/orders/", "whsec_orders", "evt_same", "ord-same"); c != http.StatusOK {
 		t.Fatalf("orders: %d", c)
 	}
-	if c := postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"); c != http.StatusOK {
+	if c := p.postEvent(t, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"); c != http.StatusOK {
 		t.Fatalf("orders-eu: %d", c)
 	}
 	// A copy to each is a duplicate of its own only.
 	for _, c := range []int{
-		postEvent(t, p.webhook, "/orders/", "whsec_orders", "evt_same", "ord-same"),
-		postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"),
+		p.postEvent(t, "/orders/", "whsec_orders", "evt_same", "ord-same"),
+		p.postEvent(t, "/orders-eu/stripe", "whsec_orders_eu", "evt_same", "ord-same"),
 	} {
 		if c != http.StatusOK {
 			t.Fatalf("duplicate: %d", c)
 		}
 	}
 	// Cross-signed copies with the same id: refused, and nothing recorded.
-	if c := postEvent(t, p.webhook, "/orders/", "whsec_orders_eu", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
+	if c := p.postEvent(t, "/orders/", "whsec_orders_eu", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
 		t.Errorf("orders with orders-eu's secret: %d, want 401", c)
 	}
-	if c := postEvent(t, p.webhook, "/orders-eu/stripe", "whsec_orders", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
+	if c := p.postEvent(t, "/orders-eu/stripe", "whsec_orders", "evt_cross", "ord-cross"); c != http.StatusUnauthorized {
 		t.Errorf("orders-eu with orders' secret: %d, want 401", c)
 	}
 	if n := total() - before; n != 2 {

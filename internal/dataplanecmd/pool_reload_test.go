@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -179,7 +177,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 		t.Cleanup(pool.Close)
 		checkers[db] = pool
 	}
-	sink := newReloadSink(t)
+	sink := testsupport.AcceptingSink(t)
 
 	targets := map[string]*reloadTarget{}
 	add := func(name, db, secret string) *reloadTarget {
@@ -200,9 +198,9 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	})
 	vol := newSecretVolume(t)
 	for _, tg := range []*reloadTarget{steady, rot, gone} {
-		vol.set(tg.name, poolEndpoint{name: tg.name, schema: "shared", sinkURL: sink}.manifest(), poolEnv(tg.db, *tg.secret.Load()))
+		vol.setMember(poolEndpoint{name: tg.name, schema: "shared", sinkURL: sink}, tg.db, *tg.secret.Load())
 	}
-	vol.set("trans", transV1.manifest(), poolEnv(db1, "whsec_trans"))
+	vol.setMember(transV1, db1, "whsec_trans")
 	base := settledGoroutines(t)
 	p := startPool(t, vol.dir)
 	for _, tg := range []*reloadTarget{steady, rot, trans, gone} {
@@ -352,7 +350,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	flowing("traffic to every member", 20, steady, rot, trans, gone)
 
 	// Added.
-	vol.set("fresh", poolEndpoint{name: "fresh", schema: "shared", sinkURL: sink}.manifest(), poolEnv(db1, "whsec_fresh"))
+	vol.setMember(poolEndpoint{name: "fresh", schema: "shared", sinkURL: sink}, db1, "whsec_fresh")
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the added endpoint to be listed", func() bool {
 		return p.endpoints(t)["fresh"].Key == "shop/fresh"
 	})
@@ -364,7 +362,7 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 		before := hashOf("rot")
 		next := fmt.Sprintf("whsec_rot_%d", i)
 		rot.rotating.Add(1)
-		vol.set("rot", poolEndpoint{name: "rot", schema: "shared", sinkURL: sink}.manifest(), poolEnv(db2, next))
+		vol.setMember(poolEndpoint{name: "rot", schema: "shared", sinkURL: sink}, db2, next)
 		awaitNewHash("rot", before)
 		rot.secret.Store(&next)
 		rot.rotated.Add(1)
@@ -505,17 +503,6 @@ func TestPoolReloadMidTrafficStoresEachAcknowledgedDeliveryOnce(t *testing.T) {
 	if n := count(t, connect(t, db3), `SELECT count(*) FROM shared.receiver_heartbeats WHERE endpoint = 'shop/gone'`); n != 0 {
 		t.Errorf("the removed endpoint's heartbeat row is still there")
 	}
-}
-
-// newReloadSink is a sink that takes every delivery.
-func newReloadSink(t *testing.T) string {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(s.Close)
-	return s.URL
 }
 
 // reloadGroupedTransactions counts the receipt transactions of the members names that

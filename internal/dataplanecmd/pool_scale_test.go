@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
@@ -58,17 +56,11 @@ func TestPoolIdleEndpointsScale(t *testing.T) {
 func measurePool(t *testing.T, n int, settle time.Duration, extra []string) string {
 	db := testsupport.MigratedDatabase(t, "hookkeeper")
 	dbName := func() string { c, _ := pgx.ParseConfig(db); return c.Database }()
-	// A sink that answers, as a healthy endpoint's does (an unreachable one keeps the
-	// dispatchers probing it).
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer sink.Close()
+	sinkURL := testsupport.AcceptingSink(t)
 	vol := newSecretVolume(t)
 	for i := range n {
 		name := fmt.Sprintf("ep-%03d", i)
-		vol.files[name+".json"] = poolEndpoint{name: name, schema: "hookkeeper", sinkURL: sink.URL}.manifest()
+		vol.files[name+".json"] = poolEndpoint{name: name, schema: "hookkeeper", sinkURL: sinkURL}.manifest()
 		vol.files[name+".env"] = []byte(config.EnvDatabaseURL + "=" + db + "\n" + config.EnvSigningSecretPrefix + "0=whsec_" + name + "\n")
 	}
 	vol.publish()
@@ -139,14 +131,12 @@ func measurePool(t *testing.T, n int, settle time.Duration, extra []string) stri
 
 func metricValue(t *testing.T, adminAddr, name string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	text, err := testsupport.Metrics("http://" + adminAddr)
 	if err != nil {
 		return "?"
 	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	if m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b); m != nil {
-		return string(m[1])
+	if m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(text); m != nil {
+		return m[1]
 	}
 	return "?"
 }

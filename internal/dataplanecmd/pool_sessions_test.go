@@ -73,7 +73,7 @@ func TestPoolQuietEndpointsOpenNoSessions(t *testing.T) {
 	vol := newSecretVolume(t)
 	for i := range endpoints {
 		name := fmt.Sprintf("quiet-%d", i)
-		vol.set(name, poolEndpoint{name: name, schema: "quiet", sinkURL: sink.URL}.manifest(), poolEnv(db, "whsec_"+name))
+		vol.setMember(poolEndpoint{name: name, schema: "quiet", sinkURL: sink.URL}, db, "whsec_"+name)
 	}
 	started := time.Now()
 	p := startPool(t, vol.dir, "--heartbeat-interval", "1500ms")

@@ -59,10 +59,8 @@ func TestPoolServesEndpointsEachInItsOwnSchema(t *testing.T) {
 		return s.URL
 	}
 	vol := newSecretVolume(t)
-	vol.set("payments", poolEndpoint{name: "payments", schema: "alpha", path: "/stripe", sinkURL: sink(&deliveredA)}.manifest(),
-		poolEnv(dbA, "whsec_alpha"))
-	vol.set("refunds", poolEndpoint{name: "refunds", schema: "beta", path: "/", sinkURL: sink(&deliveredB)}.manifest(),
-		poolEnv(dbB, "whsec_beta"))
+	vol.setMember(poolEndpoint{name: "payments", schema: "alpha", path: "/stripe", sinkURL: sink(&deliveredA)}, dbA, "whsec_alpha")
+	vol.setMember(poolEndpoint{name: "refunds", schema: "beta", path: "/", sinkURL: sink(&deliveredB)}, dbB, "whsec_beta")
 	p := startPool(t, vol.dir)
 
 	if c := p.post(t, "/payments/stripe", "whsec_alpha"); c != http.StatusOK {
@@ -184,8 +182,8 @@ func inFlight(endpoint string) float64 {
 func TestPoolReloadsWithoutDisturbingOtherEndpoints(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
 	vol := newSecretVolume(t)
-	vol.set("steady", poolEndpoint{name: "steady", schema: "shared"}.manifest(), poolEnv(db, "whsec_steady"))
-	vol.set("rotating", poolEndpoint{name: "rotating", schema: "shared"}.manifest(), poolEnv(db, "whsec_old"))
+	vol.setMember(poolEndpoint{name: "steady", schema: "shared"}, db, "whsec_steady")
+	vol.setMember(poolEndpoint{name: "rotating", schema: "shared"}, db, "whsec_old")
 	p := startPool(t, vol.dir)
 
 	// Continuous traffic to steady, four clients.
@@ -222,7 +220,7 @@ func TestPoolReloadsWithoutDisturbingOtherEndpoints(t *testing.T) {
 
 	// Add.
 	began := time.Now()
-	vol.set("added", poolEndpoint{name: "added", schema: "shared", path: "/in"}.manifest(), poolEnv(db, "whsec_added"))
+	vol.setMember(poolEndpoint{name: "added", schema: "shared", path: "/in"}, db, "whsec_added")
 	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "the added endpoint to answer", func() bool {
 		c, err := p.postErr("/added/in", "whsec_added")
 		return err == nil && c == http.StatusOK
@@ -238,7 +236,7 @@ func TestPoolReloadsWithoutDisturbingOtherEndpoints(t *testing.T) {
 
 	// Rotate: the new secret replaces the old.
 	began = time.Now()
-	vol.set("rotating", poolEndpoint{name: "rotating", schema: "shared"}.manifest(), poolEnv(db, "whsec_new"))
+	vol.setMember(poolEndpoint{name: "rotating", schema: "shared"}, db, "whsec_new")
 	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the new secret to verify", func() bool {
 		c, err := p.postErr("/rotating/", "whsec_new")
 		return err == nil && c == http.StatusOK
@@ -337,8 +335,8 @@ func TestPoolIsolatesEndpoints(t *testing.T) {
 	dbB := testsupport.MigratedDatabase(t, "hookkeeper")
 	vol := newSecretVolume(t)
 	epA := poolEndpoint{name: "a", schema: "hookkeeper", maxInFlight: 2}
-	vol.set("a", epA.manifest(), poolEnv(dbA, "whsec_a"))
-	vol.set("b", poolEndpoint{name: "b", schema: "hookkeeper"}.manifest(), poolEnv(dbB, "whsec_b"))
+	vol.setMember(epA, dbA, "whsec_a")
+	vol.setMember(poolEndpoint{name: "b", schema: "hookkeeper"}, dbB, "whsec_b")
 	p := startPool(t, vol.dir)
 	for _, name := range []string{"a", "b"} {
 		if c := p.post(t, "/"+name+"/", "whsec_"+name); c != http.StatusOK {
@@ -417,7 +415,7 @@ func TestPoolIsolatesEndpoints(t *testing.T) {
 	// A bad configuration of A: a CEL expression that does not compile.
 	bad := epA
 	bad.entityKey = "body.data.(("
-	vol.set("a", bad.manifest(), poolEnv(dbA, "whsec_a2"))
+	vol.setMember(bad, dbA, "whsec_a2")
 	testsupport.Eventually(t, 10*time.Second, 50*time.Millisecond, "A's error in /endpoints", func() error {
 		if e := p.endpoints(t)["a"]; !strings.Contains(e.Error, "configuration not applied (the previous version serves)") {
 			return fmt.Errorf("a: %+v", e)
@@ -438,7 +436,7 @@ func TestPoolIsolatesEndpoints(t *testing.T) {
 	// An endpoint that never compiled is listed with its error and not served.
 	badC := bad
 	badC.name = "c"
-	vol.set("c", badC.manifest(), poolEnv(dbA, "whsec_c"))
+	vol.setMember(badC, dbA, "whsec_c")
 	testsupport.Eventually(t, 10*time.Second, 50*time.Millisecond, "C's error in /endpoints", func() bool {
 		e, ok := p.endpoints(t)["c"]
 		return ok && strings.HasPrefix(e.Error, "configuration not applied: ")
@@ -471,7 +469,7 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
 	vol := newSecretVolume(t)
 	for _, m := range []string{"mem-a", "mem-b", "mem-c"} {
-		vol.set(m, poolEndpoint{name: m, schema: "shared"}.manifest(), poolEnv(db, "whsec_"+m))
+		vol.setMember(poolEndpoint{name: m, schema: "shared"}, db, "whsec_"+m)
 	}
 	p := startPool(t, vol.dir, "--pool-max-in-flight", "4")
 	if c := p.post(t, "/mem-c/", "whsec_mem-c"); c != http.StatusOK {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -74,11 +73,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 		rssBound = 40 << 20
 	)
 	dbURL := testsupport.MigratedDatabase(t, testsupport.StripeEndpointSchema)
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer sink.Close()
-	manifest := testsupport.StripeEndpointFile(t, sink.URL)
+	manifest := testsupport.StripeEndpointFile(t, testsupport.AcceptingSink(t))
 	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	receiver := StartReceiverProcess(t, "receiver", adminAddr,
 		[]string{"--endpoint", manifest, "--listen-address", webhookAddr, "--log-level", "error", "--dispatcher=false"},
@@ -131,7 +126,7 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 			t.Fatalf("receiver RSS grew by %d MiB (from %d to %d MiB) with %d slow clients, want at most %d MiB",
 				growth>>20, baseline>>20, peak>>20, clients, rssBound>>20)
 		}
-		if m := inFlight.FindStringSubmatch(scrape(t, adminAddr)); m != nil {
+		if m := inFlight.FindStringSubmatch(scrape(adminAddr)); m != nil {
 			admitted, _ = strconv.Atoi(m[1])
 		}
 		if int(refused.Load())+admitted >= clients {
@@ -155,13 +150,9 @@ func TestSlowClientsAnnouncingMaxBodyBytesKeepReceiverMemoryBounded(t *testing.T
 	}
 }
 
-func scrape(t *testing.T, adminAddr string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+// scrape returns the /metrics text of the admin port at adminAddr, or "" while it does
+// not answer (the caller polls).
+func scrape(adminAddr string) string {
+	text, _ := testsupport.Metrics("http://" + adminAddr)
+	return text
 }

@@ -37,6 +37,18 @@ func receiverCommand(args ...string) func(ctx context.Context) error {
 	return cmd.ExecuteContext
 }
 
+// startReceiver runs `hookkeeper receiver args...` in this process until ctx ends, on
+// free webhook and admin addresses (their flags are added here), waits for /readyz and
+// returns the webhook address (host:port); what names it in failures.
+func startReceiver(t *testing.T, ctx context.Context, what string, args ...string) (webhookAddr string, r *testsupport.Running) {
+	t.Helper()
+	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
+	r = testsupport.Run(t, ctx, what, 20*time.Second, receiverCommand(
+		append([]string{"--listen-address", webhookAddr, "--admin-address", adminAddr}, args...)...))
+	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, r.Exited)
+	return webhookAddr, r
+}
+
 // TestReceiverCommandRecordsAndDispatches runs `hookkeeper receiver` as the operator
 // would (manifest plus environment), sends one signed webhook and waits for the
 // in-process dispatcher to deliver its effect to a sink, then stops it as SIGTERM would.
@@ -54,15 +66,11 @@ func TestReceiverCommandRecordsAndDispatches(t *testing.T) {
 	const secret = "whsec_command_test"
 	t.Setenv(config.EnvDatabaseURL, dbURL)
 	t.Setenv(config.EnvSigningSecretPrefix+"0", secret)
-	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	receiver := testsupport.Run(t, ctx, "receiver", 20*time.Second, receiverCommand(
-		"--endpoint", testsupport.StripeEndpointFile(t, sink.URL),
-		"--listen-address", webhookAddr, "--admin-address", adminAddr,
-		"--dispatcher", "--log-level", "error", "--shutdown-timeout", "10s"))
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
+	webhookAddr, receiver := startReceiver(t, ctx, "receiver", "--endpoint", testsupport.StripeEndpointFile(t, sink.URL),
+		"--dispatcher", "--log-level", "error", "--shutdown-timeout", "10s")
 
 	body := demo.StripeEvent("evt_cmd_1", "payment_intent.succeeded", "ord-9", 4200, time.Now())
 	status, err := demo.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body)
@@ -135,18 +143,13 @@ func TestReceiverCommandWritesDiagnostics(t *testing.T) {
 	const secret = "whsec_diagnostics_test"
 	t.Setenv(config.EnvDatabaseURL, dbURL)
 	t.Setenv(config.EnvSigningSecretPrefix+"0", secret)
-	webhookAddr, adminAddr := testsupport.FreeAddr(t), testsupport.FreeAddr(t)
 	dir := t.TempDir()
 	profile, execTrace := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "run.trace")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	receiver := testsupport.Run(t, ctx, "receiver", 20*time.Second, receiverCommand(
-		"--endpoint", testsupport.StripeEndpointFile(t, "http://127.0.0.1:9/"),
-		"--listen-address", webhookAddr, "--admin-address", adminAddr,
-		"--dispatcher=false", "--log-level", "error",
-		"--cpu-profile", profile, "--execution-trace", execTrace))
-	testsupport.WaitReady(t, "http://"+adminAddr+"/readyz", 20*time.Second, receiver.Exited)
+	webhookAddr, receiver := startReceiver(t, ctx, "receiver", "--endpoint", testsupport.StripeEndpointFile(t, "http://127.0.0.1:9/"),
+		"--dispatcher=false", "--log-level", "error", "--cpu-profile", profile, "--execution-trace", execTrace)
 
 	body := demo.StripeEvent("evt_diag_1", "payment_intent.succeeded", "ord-diag", 4200, time.Now())
 	if status, err := demo.PostStripe(ctx, "http://"+webhookAddr+"/stripe", secret, body); err != nil || status != http.StatusOK {

@@ -34,16 +34,14 @@ func TestReplicasConvergeUnderSpreadOutOfOrderCopies(t *testing.T) {
 	)
 	run := newChainRun(t, secret, "")
 	bases := startReplicas(t, run.ctx, chainEndpoint(), 2)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(11, 12)), orders, "/chain", secret)
+	chain := stripeChainPosts(rand.New(rand.NewPCG(11, 12)), orders, secret)
 	// Forged requests are answered 401 and not retried. Replicas lock entities in key
 	// order and a group waits at most its lock timeout before its members run alone:
 	// nothing fails with nothing failing.
-	if refused := run.spread(t, bases, posts, spread{senders: 32}); refused != 0 {
+	if refused := run.spread(t, bases, chain.posts, spread{senders: 32}); refused != 0 {
 		t.Errorf("%d deliveries were not answered 2xx with nothing failing", refused)
 	}
-	chainOutcome(t, run.ctx, run.checker, orderKeys(orders), `SELECT state || ' v' || version FROM hookkeeper.entities WHERE entity_key = $1`,
-		"closed v4", emits(chainSteps), len(bodies), dedupeKeys)
-	storedBodies(t, run.ctx, run.checker, bodies)
+	chain.checkOutcome(t, run, entityStateSQL, "closed v4")
 }
 
 // adyenChain are a payment's notifications in provider order. Adyen signs no time, so
@@ -176,7 +174,7 @@ func TestReplicasAdyenBatchesRaceSingleItems(t *testing.T) {
 	t.Logf("%d of the posts are batches", batches)
 	run.spread(t, bases, posts, spread{senders: senders})
 
-	chainOutcome(t, ctx, checker, keys, `SELECT state || ' v' || version FROM hookkeeper.entities WHERE entity_key = $1`,
+	chainOutcome(t, ctx, checker, keys, entityStateSQL,
 		"disputed v4", emits(adyenChain), len(ids), dedupeKeys)
 	var forged int
 	if err := checker.QueryRow(ctx, `SELECT (SELECT count(*) FROM hookkeeper.webhook_events WHERE amount IS DISTINCT FROM 500)
@@ -226,13 +224,11 @@ func TestReplicasAppTableConvergesUnderSpreadOutOfOrderCopies(t *testing.T) {
 		}
 	}
 	bases := startReplicas(t, ctx, appTableChainEndpoint(), 2)
-	posts, bodies, dedupeKeys := stripeChainPosts(rand.New(rand.NewPCG(31, 32)), orders, "/chain", secret)
-	if refused := run.spread(t, bases, posts, spread{senders: 32}); refused != 0 {
+	chain := stripeChainPosts(rand.New(rand.NewPCG(31, 32)), orders, secret)
+	if refused := run.spread(t, bases, chain.posts, spread{senders: 32}); refused != 0 {
 		t.Errorf("%d deliveries were not answered 2xx with nothing failing", refused)
 	}
-	chainOutcome(t, ctx, checker, orderKeys(orders), `SELECT status FROM public.orders WHERE tenant_id = 'acme' AND client_txn_id = $1`,
-		"closed", emits(chainSteps), len(bodies), dedupeKeys)
-	storedBodies(t, ctx, checker, bodies)
+	chain.checkOutcome(t, run, `SELECT status FROM public.orders WHERE tenant_id = 'acme' AND client_txn_id = $1`, "closed")
 	var moved, clocks int
 	if err := checker.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant_id <> 'acme' AND status <> 'new') FROM public.orders`).Scan(&moved); err != nil {
 		t.Fatal(err)

@@ -68,29 +68,10 @@ func rotationPost(t *testing.T, url string, body []byte, secrets ...string) int 
 func TestRotationOldSecretStopsAtExpiresAtNewOneKeepsVerifying(t *testing.T) {
 	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	expires := time.Now().Truncate(time.Second).Add(10 * time.Second)
-	manifest := fmt.Sprintf(`apiVersion: hookkeeper.dev/v1alpha1
-kind: WebhookEndpoint
-metadata: {name: orders, namespace: rotation}
-spec:
-  provider: {type: Stripe}
-  signingSecrets:
-  - secretKeyRef: {name: stripe-webhook-2, key: current}
-  - secretKeyRef: {name: stripe-webhook, key: current}
-    expiresAt: %q
-  event:
-    entityKey: body.data.object.metadata.client_txn_id
-  database:
-    urlSecretRef: {name: db, key: uri}
-    schema: hookkeeper
-  entity: {onUnmatched: Create}
-  stateMachine:
-    initial: payment_pending
-    states: [payment_pending, paid]
-    transitions:
-    - {name: capture, "on": [payment_intent.succeeded], from: [payment_pending], to: paid, emit: order.paid}
-  delivery: {sink: {url: "http://127.0.0.1:9/"}}
-  receiver: {path: /stripe}
-`, expires.UTC().Format(time.RFC3339))
+	manifest := ordersManifest("rotation",
+		fmt.Sprintf(`[{secretKeyRef: {name: stripe-webhook-2, key: current}}, {secretKeyRef: {name: stripe-webhook, key: current}, expiresAt: %q}]`,
+			expires.UTC().Format(time.RFC3339)),
+		`{sink: {url: "http://127.0.0.1:9/"}}`)
 	rr := serveManifest(t, manifest, map[string]string{
 		config.EnvDatabaseURL:               dbURL,
 		config.EnvSigningSecretPrefix + "0": rotationNewSecret,

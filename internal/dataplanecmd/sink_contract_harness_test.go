@@ -32,6 +32,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
+	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -44,19 +45,17 @@ const (
 
 var contractSinkKey = "whsec_" + base64.StdEncoding.EncodeToString([]byte(contractSinkKeyRaw))
 
-// contractManifest is a Stripe endpoint with two transitions per order, delivering to
-// sinkURL with the given extra delivery fields (YAML flow-map entries).
-func contractManifest(sinkURL, deliveryExtra string) string {
-	if deliveryExtra != "" {
-		deliveryExtra = ", " + deliveryExtra
-	}
+// ordersManifest is the WebhookEndpoint "orders" in namespace that the in-process
+// receiver tests serve: Stripe at /stripe, orders keyed by client_txn_id, paid on
+// payment_intent.succeeded and refunded on charge.refunded. signingSecrets and delivery
+// are the YAML (flow style) of spec.signingSecrets and spec.delivery.
+func ordersManifest(namespace, signingSecrets, delivery string) string {
 	return fmt.Sprintf(`apiVersion: hookkeeper.dev/v1alpha1
 kind: WebhookEndpoint
-metadata: {name: orders, namespace: contract}
+metadata: {name: orders, namespace: %s}
 spec:
   provider: {type: Stripe}
-  signingSecrets:
-  - secretKeyRef: {name: stripe-webhook, key: current}
+  signingSecrets: %s
   event:
     entityKey: body.data.object.metadata.client_txn_id
   database:
@@ -69,9 +68,20 @@ spec:
     transitions:
     - {name: capture, "on": [payment_intent.succeeded], from: [payment_pending], to: paid, emit: order.paid}
     - {name: refund, "on": [charge.refunded], from: [paid], to: refunded, emit: order.refunded}
-  delivery: {sink: {url: %q}, signingSecretRef: {name: sink-key, key: whsec}%s}
+  delivery: %s
   receiver: {path: /stripe}
-`, sinkURL, deliveryExtra)
+`, namespace, signingSecrets, delivery)
+}
+
+// contractManifest is the contract endpoint (contractEndpointKey), verifying with
+// contractStripeSecret and delivering to sinkURL signed with contractSinkKey, with the
+// given extra delivery fields (YAML flow-map entries).
+func contractManifest(sinkURL, deliveryExtra string) string {
+	if deliveryExtra != "" {
+		deliveryExtra = ", " + deliveryExtra
+	}
+	return ordersManifest("contract", `[{secretKeyRef: {name: stripe-webhook, key: current}}]`,
+		fmt.Sprintf(`{sink: {url: %q}, signingSecretRef: {name: sink-key, key: whsec}%s}`, sinkURL, deliveryExtra))
 }
 
 // contractLogs collects every log line of a receiver.
@@ -99,15 +109,32 @@ type contractReceiver struct {
 	stop  func()
 }
 
-// startContractReceiver serves manifest (with dbURL and the keys in its environment) in
-// this process, as `hookkeeper-receiver receiver` does, and waits for /readyz.
-func startContractReceiver(t *testing.T, dbURL, manifest string, dispatcher bool) *contractReceiver {
+// contractDeployment is the contract endpoint on a migrated database of its own: what a
+// sink contract test starts its receivers on.
+type contractDeployment struct {
+	dbURL    string
+	manifest string
+}
+
+// deployContract migrates a database for contractManifest(sinkURL, deliveryExtra).
+func deployContract(t *testing.T, sinkURL, deliveryExtra string) contractDeployment {
 	t.Helper()
-	return serveManifest(t, manifest, map[string]string{
-		config.EnvDatabaseURL:               dbURL,
+	return contractDeployment{
+		dbURL:    testsupport.MigratedDatabase(t, "hookkeeper"),
+		manifest: contractManifest(sinkURL, deliveryExtra),
+	}
+}
+
+// startReceiver serves the deployment (with its database URL and the keys in its
+// environment) in this process with its dispatcher, as `hookkeeper-receiver receiver`
+// does, and waits for /readyz. Each call starts another receiver on the same database.
+func (d contractDeployment) startReceiver(t *testing.T) *contractReceiver {
+	t.Helper()
+	return serveManifest(t, d.manifest, map[string]string{
+		config.EnvDatabaseURL:               d.dbURL,
 		config.EnvSigningSecretPrefix + "0": contractStripeSecret,
 		config.EnvDeliverySecret:            contractSinkKey,
-	}, dispatcher)
+	}, true)
 }
 
 // serveManifest serves manifest with env as its environment, in this process, and waits
@@ -147,6 +174,16 @@ func (rr *contractReceiver) send(t *testing.T, id, typ, order string, at time.Ti
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("webhook %s: %d (%v), want 200", id, status, err)
 	}
+}
+
+// sendPayment sends payment_intent.succeeded, with a fresh event id (contractEventID of
+// name), for the order ord-<name>, and returns the key the sink sees on its order.paid
+// effect.
+func (rr *contractReceiver) sendPayment(t *testing.T, name string) (key string) {
+	t.Helper()
+	id := contractEventID(name)
+	rr.send(t, id, "payment_intent.succeeded", "ord-"+name, time.Now())
+	return receipt.DedupeKey(contractEndpointKey, id, "order.paid")
 }
 
 // awaitOutboxRows waits up to timeout, for what, until want rows of the contract
@@ -202,6 +239,25 @@ type contractSink struct {
 	// called with the number of earlier requests with the same key; apply says whether
 	// the sink's effect was committed (before the answer is written).
 	hook func(w http.ResponseWriter, d *contractDelivery, seen int) (apply bool)
+}
+
+// retryAfterHook is a contractSink hook that answers a key's first request 429 with
+// Retry-After: seconds, its next ones each status of then in turn, and the rest 200,
+// applying the effect only with the 200.
+func retryAfterHook(seconds int, then ...int) func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
+	return func(w http.ResponseWriter, _ *contractDelivery, seen int) bool {
+		switch {
+		case seen == 0:
+			w.Header().Set("Retry-After", strconv.Itoa(seconds))
+			w.WriteHeader(http.StatusTooManyRequests)
+			return false
+		case seen <= len(then):
+			w.WriteHeader(then[seen-1])
+			return false
+		}
+		w.WriteHeader(http.StatusOK)
+		return true
+	}
 }
 
 func newContractSink(t *testing.T) *contractSink {
@@ -357,6 +413,13 @@ func (s *contractSink) appliedCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.effects)
+}
+
+// awaitApplied waits up to timeout, for what, until the sink has applied n distinct
+// effects.
+func (s *contractSink) awaitApplied(t *testing.T, n int, timeout time.Duration, what string) {
+	t.Helper()
+	testsupport.Eventually(t, timeout, 50*time.Millisecond, what, func() bool { return s.appliedCount() == n })
 }
 
 func (s *contractSink) requestsFor(key string) []*contractDelivery {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -28,9 +27,8 @@ import (
 // arrives once, signed, with Idempotency-Key == webhook-id == body id, the envelope's
 // fields as docs/concepts.md shows them, and an entity's effects in order.
 func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 500ms}"), true)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 500ms}").startReceiver(t)
 
 	const orders = 6
 	base := time.Now().Add(-time.Minute).Truncate(time.Second)
@@ -52,9 +50,7 @@ func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "every effect at the sink", func() bool {
-		return sink.appliedCount() == 2*orders
-	})
+	sink.awaitApplied(t, 2*orders, 20*time.Second, "every effect at the sink")
 	sink.checkOnce(t)
 
 	for _, s := range all {
@@ -114,28 +110,11 @@ func TestSinkContractSinkGetsWhatTheDocsPromise(t *testing.T) {
 // Retry-After: 2, then 503, then 2xx sees the same key each time and no retry before
 // the Retry-After it asked for.
 func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
-		switch seen {
-		case 0:
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return false
-		case 1:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return false
-		}
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 5s}"), true)
-	id := contractEventID("retry")
-	rr.send(t, id, "payment_intent.succeeded", "ord-r", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered after two failures", func() bool {
-		return sink.appliedCount() == 1
-	})
+	sink.hook = retryAfterHook(2, http.StatusServiceUnavailable)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 5s}").startReceiver(t)
+	key := rr.sendPayment(t, "retry")
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered after two failures")
 	reqs := sink.requestsFor(key)
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests with the key, want 3", len(reqs))
@@ -157,7 +136,6 @@ func TestSinkContractRetriesKeepTheKeyAndHonourRetryAfter(t *testing.T) {
 // Every effect arrives, under one key, never two requests of one key at once, and each
 // order's effects in order.
 func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -188,9 +166,9 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	manifest := contractManifest(sink.srv.URL, "concurrency: 4, backoff: {initial: 50ms, max: 300ms}")
-	a := startContractReceiver(t, dbURL, manifest, true)
-	b := startContractReceiver(t, dbURL, manifest, true)
+	ep := deployContract(t, sink.srv.URL, "concurrency: 4, backoff: {initial: 50ms, max: 300ms}")
+	a := ep.startReceiver(t)
+	b := ep.startReceiver(t)
 	const orders = 40
 	base := time.Now().Add(-time.Minute).Truncate(time.Second)
 	var wg sync.WaitGroup
@@ -209,9 +187,7 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	testsupport.Eventually(t, 60*time.Second, 100*time.Millisecond, "every effect at the sink", func() bool {
-		return sink.appliedCount() == 2*orders
-	})
+	sink.awaitApplied(t, 2*orders, 60*time.Second, "every effect at the sink")
 	sink.checkOnce(t)
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
@@ -228,7 +204,6 @@ func TestSinkContractTwoReceiversOneSinkEachEffectOnceInOrder(t *testing.T) {
 // (the closest to "crash between the sink's 2xx and the commit" in process). The next
 // receiver delivers the row again with the same key.
 func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	hold := make(chan struct{})
 	arrived := make(chan struct{}, 1)
@@ -240,10 +215,9 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	manifest := contractManifest(sink.srv.URL, "timeout: 30s, backoff: {initial: 50ms, max: 300ms}")
-	a := startContractReceiver(t, dbURL, manifest, true)
-	id := contractEventID("crash")
-	a.send(t, id, "payment_intent.succeeded", "ord-crash", time.Now())
+	ep := deployContract(t, sink.srv.URL, "timeout: 30s, backoff: {initial: 50ms, max: 300ms}")
+	a := ep.startReceiver(t)
+	key := a.sendPayment(t, "crash")
 	select {
 	case <-arrived:
 	case <-time.After(20 * time.Second):
@@ -257,10 +231,9 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 		t.Fatal("receiver did not stop")
 	}
 	close(hold)
-	b := startContractReceiver(t, dbURL, manifest, true)
+	b := ep.startReceiver(t)
 	_ = b
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 1, 60*time.Second, "delivered by the second receiver")
 	if n := len(sink.requestsFor(key)); n < 2 {
 		t.Errorf("%d requests with the key, want the re-delivery too", n)
@@ -277,7 +250,6 @@ func TestSinkContractDispatcherStoppedAfterSinkProcessedRedeliversSameKey(t *tes
 // rows flow. A sink with an application bug answers 500 for one order's effect only,
 // and 2xx for everything else.
 func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		if d.env["entityKey"] == "ord-poison" {
@@ -287,13 +259,11 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "maxAttempts: 8, backoff: {initial: 50ms, max: 200ms}"), true)
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sink.srv.URL, "maxAttempts: 8, backoff: {initial: 50ms, max: 200ms}")
+	rr := ep.startReceiver(t)
+	conn := connect(t, ep.dbURL)
 
-	poison := contractEventID("poison")
-	rr.send(t, poison, "payment_intent.succeeded", "ord-poison", time.Now())
-	pkey := receipt.DedupeKey(contractEndpointKey, poison, "order.paid")
+	pkey := rr.sendPayment(t, "poison")
 	// Let it fail a few times with nothing else in flight.
 	testsupport.Eventually(t, 20*time.Second, 20*time.Millisecond, "six failed attempts of the poison row", func() bool {
 		return len(sink.requestsFor(pkey)) >= 6
@@ -306,8 +276,7 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 		others = append(others, id)
 		rr.send(t, id, "payment_intent.succeeded", fmt.Sprintf("ord-ok-%d", i), time.Now())
 	}
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "the other orders' effects delivered while one row fails",
-		func() bool { return sink.appliedCount() == len(others) })
+	sink.awaitApplied(t, len(others), 30*time.Second, "the other orders' effects delivered while one row fails")
 	// With traffic flowing the failing row spends its attempts and is dead-lettered, for
 	// a person to see (HookkeeperDeadLetters) and re-drive or discard.
 	var attempts int
@@ -326,7 +295,6 @@ func TestSinkContractOneFailingRowHoldsBackOnlyItsEntity(t *testing.T) {
 // and answers 2xx only after the attempt timeout; the retry must carry the same key
 // (so the sink applies it once) and nothing may be posted twice at once.
 func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	release := make(chan struct{})
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
@@ -340,16 +308,14 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "timeout: 1s, backoff: {initial: 50ms, max: 200ms}"), true)
-	id := contractEventID("slow")
-	rr.send(t, id, "payment_intent.succeeded", "ord-slow", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
+	ep := deployContract(t, sink.srv.URL, "timeout: 1s, backoff: {initial: 50ms, max: 200ms}")
+	rr := ep.startReceiver(t)
+	key := rr.sendPayment(t, "slow")
 	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "a second request", func() bool {
 		return len(sink.requestsFor(key)) >= 2
 	})
 	close(release)
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 1, 20*time.Second, "delivered")
 	if n := sink.appliedCount(); n != 1 {
 		t.Errorf("%d effects at the sink, want 1", n)
@@ -370,7 +336,6 @@ func TestSinkContractSlow2xxAfterTheTimeoutIsRetriedWithTheSameKey(t *testing.T)
 // The docs: a redirect is a failed attempt, never followed; last_error, metrics and logs
 // never carry the URL (it may hold credentials).
 func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	var elsewhere atomic.Int32
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elsewhere.Add(1)
@@ -385,11 +350,10 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	}
 	const user, pass, token = "sinkuser", "s3cr3t-sink-pass", "tok-9f8e7d"
 	sinkURL := strings.Replace(sink.srv.URL, "http://", "http://"+user+":"+pass+"@", 1) + "/hook?token=" + token
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}"), true)
-	id := contractEventID("redir")
-	rr.send(t, id, "payment_intent.succeeded", "ord-redir", time.Now())
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
+	rr.sendPayment(t, "redir")
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered after 3 redirects")
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect target got %d requests", n)
@@ -406,7 +370,7 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 			t.Errorf("last_error %q contains %q", lastErr, bad)
 		}
 	}
-	metrics := contractScrape(t, rr.admin)
+	metrics := scrapeMetrics(t, "http://"+rr.admin)
 	logs := rr.logs.all()
 	for _, bad := range []string{pass, token} {
 		if strings.Contains(metrics, bad) {
@@ -418,22 +382,10 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	}
 }
 
-func contractScrape(t *testing.T, admin string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
 // TestSinkContractEndlessResponseBodyDoesNotBlockDelivery: a sink that answers 200 then
 // streams a body that never ends (or is enormous). The attempt must end (delivered or
 // retried), never hang the worker or exhaust memory.
 func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		rec := w.(*contractDeferred)
@@ -448,12 +400,12 @@ func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
 		}
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "timeout: 2s, ordering: None, backoff: {initial: 50ms, max: 100ms}"), true)
+	ep := deployContract(t, sink.srv.URL, "timeout: 2s, ordering: None, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
 	for i := range 3 {
 		rr.send(t, contractEventID("big"), "payment_intent.succeeded", fmt.Sprintf("ord-big-%d", i), time.Now())
 	}
-	conn := connect(t, dbURL)
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "delivered_at", 3, 30*time.Second, "all three delivered")
 	sink.checkOnce(t)
 }
@@ -462,7 +414,6 @@ func TestSinkContractEndlessResponseBodyDoesNotBlockDelivery(t *testing.T) {
 // after maxAttempts; once fixed, `hookkeeper replay --dead-letters` (RedriveDeadLetters)
 // delivers it with the same Idempotency-Key; a second run re-sends nothing.
 func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	var broken atomic.Bool
 	broken.Store(true)
@@ -474,12 +425,10 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	rr := startContractReceiver(t, dbURL,
-		contractManifest(sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}"), true)
-	id := contractEventID("dead")
-	rr.send(t, id, "payment_intent.succeeded", "ord-dead", time.Now())
-	key := receipt.DedupeKey(contractEndpointKey, id, "order.paid")
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
+	key := rr.sendPayment(t, "dead")
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	if n := len(sink.requestsFor(key)); n != 3 {
 		t.Errorf("%d attempts before the dead letter, want maxAttempts 3", n)
@@ -489,7 +438,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		t.Errorf("last_error %q, want the status", lastErr)
 	}
 	broken.Store(false)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := pgxpool.New(context.Background(), ep.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,9 +448,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 	if err != nil || rep.Replayed != 1 {
 		t.Fatalf("redrive: %+v, %v", rep, err)
 	}
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "re-driven dead letter delivered", func() bool {
-		return sink.appliedCount() == 1
-	})
+	sink.awaitApplied(t, 1, 20*time.Second, "re-driven dead letter delivered")
 	rep, err = outbox.RedriveDeadLetters(context.Background(), pool, tables, outbox.Selection{Endpoint: contractEndpointKey}, outbox.ReplayOptions{})
 	if err != nil || rep.Replayed != 0 {
 		t.Errorf("second redrive: %+v, %v, want nothing", rep, err)
@@ -516,18 +463,17 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 // TestSinkContractGoneDeadLettersAtOnce: docs/concepts.md: dead-letters at once when the sink
 // answers 410 Gone.
 func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
 	sink.hook = func(w http.ResponseWriter, d *contractDelivery, _ int) bool {
 		w.WriteHeader(http.StatusGone)
 		return false
 	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}"), true)
-	id := contractEventID("gone")
-	rr.send(t, id, "payment_intent.succeeded", "ord-gone", time.Now())
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
+	key := rr.sendPayment(t, "gone")
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
-	if n := len(sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))); n != 1 {
+	if n := len(sink.requestsFor(key)); n != 1 {
 		t.Errorf("%d attempts, want 1 (410 dead-letters at once)", n)
 	}
 }
@@ -536,22 +482,12 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 // failure is retried after a full-jitter backoff, "at least the sink's Retry-After";
 // docs/concepts.md: "honouring the sink's Retry-After".
 func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	sink.hook = func(w http.ResponseWriter, d *contractDelivery, seen int) bool {
-		if seen == 0 {
-			w.Header().Set("Retry-After", "4")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return false
-		}
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, "backoff: {initial: 100ms, max: 1s}"), true)
-	id := contractEventID("ra")
-	rr.send(t, id, "payment_intent.succeeded", "ord-ra", time.Now())
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool { return sink.appliedCount() == 1 })
-	reqs := sink.requestsFor(receipt.DedupeKey(contractEndpointKey, id, "order.paid"))
+	sink.hook = retryAfterHook(4)
+	rr := deployContract(t, sink.srv.URL, "backoff: {initial: 100ms, max: 1s}").startReceiver(t)
+	key := rr.sendPayment(t, "ra")
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered")
+	reqs := sink.requestsFor(key)
 	if len(reqs) < 2 {
 		t.Fatalf("%d requests", len(reqs))
 	}
@@ -563,14 +499,14 @@ func TestSinkContractRetryAfterLongerThanBackoffMaxIsHonoured(t *testing.T) {
 // TestSinkContractTLSFailureLastErrorNamesNoHost: an https sink whose certificate does not
 // verify; last_error says what failed without the sink's host or address.
 func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	tlsSink := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer tlsSink.Close()
 	port := tlsSink.URL[strings.LastIndex(tlsSink.URL, ":")+1:]
 	sinkURL := "https://localhost:" + port + "/hook"
-	rr := startContractReceiver(t, dbURL, contractManifest(sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}"), true)
-	rr.send(t, contractEventID("tls"), "payment_intent.succeeded", "ord-tls", time.Now())
-	conn := connect(t, dbURL)
+	ep := deployContract(t, sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}")
+	rr := ep.startReceiver(t)
+	rr.sendPayment(t, "tls")
+	conn := connect(t, ep.dbURL)
 	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
 	lastErr := outboxLastError(t, conn)
 	t.Logf("last_error: %q", lastErr)
@@ -588,9 +524,8 @@ func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
 // TestSinkContractDeliveredEventIsTheProviderEvent: docs/concepts.md says data.event is
 // the provider's event as jsonb keeps it: the same JSON value, not the same bytes.
 func TestSinkContractDeliveredEventIsTheProviderEvent(t *testing.T) {
-	dbURL := testsupport.MigratedDatabase(t, "hookkeeper")
 	sink := newContractSink(t)
-	rr := startContractReceiver(t, dbURL, contractManifest(sink.srv.URL, ""), true)
+	rr := deployContract(t, sink.srv.URL, "").startReceiver(t)
 	id := contractEventID("raw")
 	body := demo.StripeEvent(id, "payment_intent.succeeded", "ord-raw", 4200, time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -598,7 +533,7 @@ func TestSinkContractDeliveredEventIsTheProviderEvent(t *testing.T) {
 	if status, err := demo.PostStripe(ctx, rr.url, contractStripeSecret, body); err != nil || status != http.StatusOK {
 		t.Fatalf("webhook: %d %v", status, err)
 	}
-	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "delivered", func() bool { return sink.appliedCount() == 1 })
+	sink.awaitApplied(t, 1, 20*time.Second, "delivered")
 	d := sink.snapshot()[0]
 	var env struct {
 		Data struct {

@@ -44,14 +44,11 @@ const (
 // draining a pre-filled outbox, then commit-to-sink latency while rows are inserted one
 // transaction at a time, as the receiver commits them.
 func runDispatcherSuite(ctx context.Context, env *Env) ([]Row, error) {
-	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_dispatcher")
+	dbURL, drop, err := env.NewMigratedDatabase(ctx, "hk_bench_dispatcher")
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
-	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
-		return nil, fmt.Errorf("migrate bench database: %w", err)
-	}
 	pool, err := store.Open(ctx, dbURL, 8)
 	if err != nil {
 		return nil, err

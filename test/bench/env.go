@@ -20,7 +20,9 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/devcluster"
+	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // Env is what every suite shares: where PostgreSQL is, which binary to run, how hard
@@ -92,6 +94,20 @@ func (e *Env) NewDatabase(ctx context.Context, prefix string) (string, func(), e
 	return u.String(), drop, nil
 }
 
+// NewMigratedDatabase is NewDatabase with hookkeeper's tables migrated into benchSchema,
+// as the receiver's migration Job would leave them.
+func (e *Env) NewMigratedDatabase(ctx context.Context, prefix string) (string, func(), error) {
+	dbURL, drop, err := e.NewDatabase(ctx, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
+		drop()
+		return "", nil, fmt.Errorf("migrate bench database: %w", err)
+	}
+	return dbURL, drop, nil
+}
+
 // Process is a subprocess started by a suite: hookkeeper, or the hand-written handler.
 type Process struct {
 	cmd       *exec.Cmd
@@ -112,6 +128,22 @@ func (e *Env) StartHookkeeper(ctx context.Context, adminAddr string, env []strin
 	}
 	p.AdminAddr = adminAddr
 	return p, nil
+}
+
+// StartReceiver runs `hookkeeper receiver` with args on free webhook and admin
+// addresses (their flags come first) and returns it, ready, with its webhook address.
+func (e *Env) StartReceiver(ctx context.Context, env []string, args ...string) (*Process, string, error) {
+	webhookAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	adminAddr, err := loopback.FreeAddr(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	args = append([]string{"receiver", "--listen-address", webhookAddr, "--admin-address", adminAddr}, args...)
+	proc, err := e.StartHookkeeper(ctx, adminAddr, env, args...)
+	return proc, webhookAddr, err
 }
 
 // StartProcess runs binary with args and env (added to this process's environment),

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // seedTransaction is the reference transaction (docs/architecture.md, "The pattern"):
@@ -32,6 +34,21 @@ INSERT INTO fulfilment_outbox (dedupe_key, order_id, event_type)
   ON CONFLICT (dedupe_key) DO NOTHING;
 COMMIT;
 `
+
+// connectSeeded connects to dbURL and creates seedTables there, the tables the
+// reference transaction and the table-bound endpoint share. The caller closes the
+// connection.
+func connectSeeded(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to bench database: %w", err)
+	}
+	if _, err := db.Exec(ctx, seedTables); err != nil {
+		_ = db.Close(context.Background())
+		return nil, fmt.Errorf("create seed tables: %w", err)
+	}
+	return db, nil
+}
 
 // seedTables are the reference transaction's tables: the gateway's receipts, the app's orders
 // (shared with the receiver's table-bound endpoint) and its fulfilment outbox.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
-	"github.com/hookkeeper/hookkeeper/internal/loopback"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
 	"github.com/hookkeeper/hookkeeper/internal/store"
@@ -64,14 +63,11 @@ func runPoolSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
 		return nil, fmt.Errorf("migrate pool bench database: %w", err)
 	}
-	db, err := pgx.Connect(ctx, dbURL)
+	db, err := connectSeeded(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to pool bench database: %w", err)
+		return nil, err
 	}
 	defer func() { _ = db.Close(context.Background()) }()
-	if _, err := db.Exec(ctx, seedTables); err != nil {
-		return nil, fmt.Errorf("create seed tables: %w", err)
-	}
 	vars := map[string]string{config.EnvDatabaseURL: dbURL, config.EnvSigningSecretPrefix + "0": benchSecret}
 
 	one, err := measureDedicated(ctx, env, db, vars)
@@ -169,21 +165,9 @@ func receiverConns(ctx context.Context, db *pgx.Conn) (int64, error) {
 	return n, err
 }
 
-// startQuietReceiver starts `receiver` with args on free addresses, logging warnings
-// only, and returns it with its webhook address.
+// startQuietReceiver is startReceiver logging warnings only.
 func startQuietReceiver(ctx context.Context, env *Env, procEnv []string, args ...string) (*Process, string, error) {
-	webhookAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	adminAddr, err := loopback.FreeAddr(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	args = append(append([]string{"receiver"}, args...),
-		"--listen-address", webhookAddr, "--admin-address", adminAddr, "--log-level", "warn")
-	proc, err := env.StartHookkeeper(ctx, adminAddr, procEnv, args...)
-	return proc, webhookAddr, err
+	return env.StartReceiver(ctx, procEnv, append(args, "--log-level", "warn")...)
 }
 
 // measurePool starts one receiver serving n endpoints from a directory, sends each one

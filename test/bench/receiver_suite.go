@@ -50,22 +50,16 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	dbURL, drop, err := env.NewDatabase(ctx, "hk_bench_receiver")
+	dbURL, drop, err := env.NewMigratedDatabase(ctx, "hk_bench_receiver")
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
-	if _, err := store.Migrate(ctx, dbURL, benchSchema); err != nil {
-		return nil, fmt.Errorf("migrate bench database: %w", err)
-	}
-	db, err := pgx.Connect(ctx, dbURL)
+	db, err := connectSeeded(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("connect to bench database: %w", err)
+		return nil, err
 	}
 	defer func() { _ = db.Close(context.Background()) }()
-	if _, err := db.Exec(ctx, seedTables); err != nil {
-		return nil, fmt.Errorf("create seed tables: %w", err)
-	}
 	if env.ReceiverSetupSQL != "" {
 		env.Log.Printf("receiver: database setup: %s", env.ReceiverSetupSQL)
 		if _, err := db.Exec(ctx, env.ReceiverSetupSQL); err != nil {
@@ -81,22 +75,18 @@ func runReceiverSuite(ctx context.Context, env *Env) ([]Row, error) {
 		env.Log.Printf("receiver: pg_stat_statements is not loaded by this server: no statement diagnostic (docs/benchmarks.md)")
 	}
 
-	var addrs [3]string
-	for i := range addrs {
-		if addrs[i], err = loopback.FreeAddr(context.Background()); err != nil {
-			return nil, err
-		}
+	hwAddr, err := loopback.FreeAddr(context.Background())
+	if err != nil {
+		return nil, err
 	}
-	webhookAddr, adminAddr, hwAddr := addrs[0], addrs[1], addrs[2]
 	maxLevel := slices.Max(env.Concurrency)
 	manifest, err := writeBenchManifest(env.WorkDir, maxLevel)
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"receiver", "--endpoint", manifest, "--listen-address", webhookAddr,
-		"--admin-address", adminAddr, "--dispatcher=false"}, env.ReceiverArgs...)
-	proc, err := env.StartHookkeeper(ctx, adminAddr,
-		[]string{config.EnvDatabaseURL + "=" + dbURL, config.EnvSigningSecretPrefix + "0=" + benchSecret}, args...)
+	proc, webhookAddr, err := env.StartReceiver(ctx,
+		[]string{config.EnvDatabaseURL + "=" + dbURL, config.EnvSigningSecretPrefix + "0=" + benchSecret},
+		append([]string{"--endpoint", manifest, "--dispatcher=false"}, env.ReceiverArgs...)...)
 	if err != nil {
 		return nil, err
 	}

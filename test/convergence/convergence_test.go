@@ -264,7 +264,7 @@ func setupOrders(t *testing.T, o runOptions, dir, sinkURL, dbURL string) *machin
 		t.Fatal(err)
 	}
 	m := &machine{name: "orders", provider: s.we.Spec.Provider.Type, sample: s, we: s.we, attrs: []string{""},
-		secret: "whsec_convergence_" + randomHex(16)}
+		secret: "whsec_convergence_" + testsupport.RandomHex(16)}
 	if m.provider != v1alpha1.ProviderStripe {
 		t.Fatalf("%s: provider %s, want Stripe", ordersSample, m.provider)
 	}
@@ -285,7 +285,7 @@ func setupAdyen(t *testing.T, o runOptions, dir, sinkURL, dbURL string) *machine
 	}); err != nil {
 		t.Fatal(err)
 	}
-	key := randomHex(32)
+	key := testsupport.RandomHex(32)
 	m := &machine{name: "adyen", provider: s.we.Spec.Provider.Type, sample: s, we: s.we, attrs: []string{"true", "false"},
 		secret: strings.ToUpper(key)}
 	m.hexKey, _ = hex.DecodeString(key)
@@ -311,12 +311,6 @@ func finishMachine(t *testing.T, o runOptions, m *machine, dir, sinkURL, dbURL s
 		config.EnvSinkURL:                   sinkURL,
 	})
 	return m
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // migrate runs `hookkeeper migrate`, as the operator's migration Job does.

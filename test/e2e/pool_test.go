@@ -65,6 +65,21 @@ func ownEndpoint(ctx context.Context, name string) *v1alpha1.WebhookEndpoint {
 	return ep
 }
 
+// createOwnEndpoint creates ownEndpoint(name), deletes it when the spec (or container)
+// ends, and waits up to ready for it to report Ready.
+func createOwnEndpoint(ctx context.Context, name string, ready time.Duration) *v1alpha1.WebhookEndpoint {
+	GinkgoHelper()
+	ep := ownEndpoint(ctx, name)
+	Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
+	Eventually(func(g Gomega) {
+		cur := &v1alpha1.WebhookEndpoint{}
+		g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+	}).WithContext(ctx).WithTimeout(ready).WithPolling(time.Second).Should(Succeed())
+	return ep
+}
+
 // One WebhookReceiverPool of two replicas serving many endpoints of the Stripe sample's
 // shape, each on its own path: every endpoint accepts a signed webhook, and adding,
 // changing and deleting endpoints while another takes traffic costs that one nothing.

@@ -35,14 +35,7 @@ var _ = Describe("a WebhookReplay", Ordered, func() {
 		DeferCleanup(func() { _ = db.Close(context.Background()) })
 		// An endpoint of its own, with receivers (whose dispatchers deliver what the
 		// replay re-drives): the sample's specs delete the sample's endpoint.
-		ep = ownEndpoint(ctx, "replay-e2e")
-		Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
-		Eventually(func(g Gomega) {
-			cur := &v1alpha1.WebhookEndpoint{}
-			g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
-		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		ep = createOwnEndpoint(ctx, "replay-e2e", 3*time.Minute)
 		key = session.Samples.Namespace + "/" + ep.Name
 		for i := range 3 {
 			var id int64

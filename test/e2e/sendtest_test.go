@@ -7,10 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2" //nolint:revive // Ginkgo's DSL reads best unqualified
 	. "github.com/onsi/gomega"    //nolint:revive // gomega's matchers read best unqualified
-	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 )
 
@@ -22,14 +19,7 @@ var _ = Describe("hookkeeper send-test", func() {
 	It("sends the deployed endpoint a signed test event and reports its receipt and delivery", func(ctx SpecContext) {
 		// An endpoint of its own: the sample's specs rotate and delete the sample's, and
 		// specs run in random order.
-		ep := ownEndpoint(ctx, "sendtest-e2e")
-		Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
-		Eventually(func(g Gomega) {
-			cur := &v1alpha1.WebhookEndpoint{}
-			g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
-			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
-		}).WithContext(ctx).WithTimeout(90 * time.Second).WithPolling(time.Second).Should(Succeed())
+		ep := createOwnEndpoint(ctx, "sendtest-e2e", 90*time.Second)
 		before := len(session.Sink.Deliveries())
 		cmd := exec.CommandContext(ctx, hookkeeperBinary, "send-test",
 			"--kubeconfig", session.Cluster.KubeconfigPath(), "-n", session.Samples.Namespace, ep.Name)

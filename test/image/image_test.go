@@ -15,7 +15,6 @@ import (
 	"archive/tar"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -386,7 +385,7 @@ func (p *podman) start(t *testing.T, prefix string, s containerSpec) string {
 // podmanRun is `podman run mode` of s in a container named prefix-<random>.
 func (p *podman) podmanRun(t *testing.T, prefix, mode string, s containerSpec) (name, out string, err error) {
 	t.Helper()
-	name = prefix + "-" + randomHex(4)
+	name = prefix + "-" + testsupport.RandomHex(4)
 	args, env := p.runArgs(t, name, s)
 	args = append(args, mode, s.image)
 	args = append(args, s.args...)
@@ -471,12 +470,6 @@ func archiveImageID(t *testing.T, archive string) string {
 		t.Fatalf("%s: manifest %s: %v (a single-platform archive is expected)", archive, blob, err)
 	}
 	return strings.TrimPrefix(manifest.Config.Digest, "sha256:")
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // randomLoopback is an address in 127.0.0.0/8 that nothing listens on at the
