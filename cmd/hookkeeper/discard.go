@@ -69,7 +69,7 @@ func runDiscard(ctx context.Context, f discardFlags, name string, stdout, stderr
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	if err := f.selectionFlags.apply(&p, "discarded", stdout, stderr); err != nil {
+	if err := f.apply(&p, "discarded", stdout, stderr); err != nil {
 		return err
 	}
 	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)

@@ -122,7 +122,7 @@ func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr i
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	if err := f.selectionFlags.apply(&p, "replayed", stdout, stderr); err != nil {
+	if err := f.apply(&p, "replayed", stdout, stderr); err != nil {
 		return err
 	}
 	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
