@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -174,6 +175,45 @@ func (b blockingReader) Read([]byte) (int, error) {
 	}
 }
 
+// getReadyz waits for /readyz at readyzURL to answer and returns its status and body.
+func getReadyz(t *testing.T, readyzURL string) (int, string) {
+	t.Helper()
+	var code int
+	var body []byte
+	testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to answer", func() bool {
+		resp, err := http.Get(readyzURL)
+		if err != nil {
+			return false
+		}
+		defer func() { _ = resp.Body.Close() }()
+		code = resp.StatusCode
+		body, _ = io.ReadAll(resp.Body)
+		return true
+	})
+	return code, string(body)
+}
+
+// /readyz is unauthenticated: with the database unreachable it answers 503 with a fixed
+// text, never the driver's error, which may name the host, the user or the URL.
+func TestReadyzHidesTheDatabaseError(t *testing.T) {
+	const dbURL = "postgres://hk_user:s3cret-password@127.0.0.1:1/orders_db?connect_timeout=1"
+	pool, err := pgxpool.New(context.Background(), dbURL) // connects lazily: no error here
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	srv, err := receiver.NewServer(receiver.ServerOptions{
+		Webhook: http.NotFoundHandler(), DB: pool, Gatherer: prometheus.NewRegistry(), Logger: logr.Discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := getReadyz(t, serve(t, srv).adminURL+"/readyz")
+	if code != http.StatusServiceUnavailable || body != "database unreachable\n" {
+		t.Fatalf("/readyz %d %q, want 503 %q", code, body, "database unreachable\n")
+	}
+}
+
 // A receiver whose database lacks the schema, or has an older version of it, is not
 // ready, and /readyz says what is missing; once migrated it is ready.
 func TestReadyzChecksTheSchemaVersion(t *testing.T) {
@@ -188,22 +228,7 @@ func TestReadyzChecksTheSchemaVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	readyzURL := serve(t, srv).adminURL + "/readyz"
-	readyz := func() (int, string) {
-		t.Helper()
-		var code int
-		var body []byte
-		testsupport.Eventually(t, 15*time.Second, 20*time.Millisecond, "/readyz to answer", func() bool {
-			resp, err := http.Get(readyzURL)
-			if err != nil {
-				return false
-			}
-			defer func() { _ = resp.Body.Close() }()
-			code = resp.StatusCode
-			body, _ = io.ReadAll(resp.Body)
-			return true
-		})
-		return code, string(body)
-	}
+	readyz := func() (int, string) { t.Helper(); return getReadyz(t, readyzURL) }
 
 	code, body := readyz()
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, `schema "hookkeeper" does not exist`) ||
