@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,6 +179,9 @@ func (x *Extractor) extractOne(raw []byte, headers, signed map[string]string, no
 	if err != nil {
 		return event.Event{}, err
 	}
+	if err := uniqueKeys(raw); err != nil {
+		return event.Event{}, err
+	}
 	body, ok := parsed.(map[string]any)
 	if !ok {
 		return event.Event{}, errors.New("payload is not a JSON object")
@@ -306,6 +310,56 @@ func storableJSON(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// uniqueKeys returns an ErrUnstorable error when an object of the JSON text raw (already
+// parsed, so well formed) holds a key twice. The signature covers the raw bytes, but
+// readers disagree on which copy counts: encoding/json (and so CEL) and jsonb keep the
+// last, other parsers the first or both; jsonb would also store a document the provider
+// did not sign. So "id" twice could dedupe on one value while a sink acts on another.
+// Keys are compared as decoded, so "id" and "\u0069d" are the same key, as in jsonb.
+func uniqueKeys(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if key, dup := duplicateKey(dec); dup {
+		return fmt.Errorf("%w: the JSON holds the key %.64q twice in one object", ErrUnstorable, key)
+	}
+	return nil
+}
+
+// duplicateKey reads one value from dec and returns the first key that appears twice in
+// one of its objects. Malformed JSON ends the search (the decoder has reported it).
+func duplicateKey(dec *json.Decoder) (string, bool) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", false
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			key, ok := k.(string)
+			if err != nil || !ok {
+				return "", false
+			}
+			if seen[key] {
+				return key, true
+			}
+			seen[key] = true
+			if key, dup := duplicateKey(dec); dup {
+				return key, true
+			}
+		}
+		_, _ = dec.Token() // the closing brace
+	case json.Delim('['):
+		for dec.More() {
+			if key, dup := duplicateKey(dec); dup {
+				return key, true
+			}
+		}
+		_, _ = dec.Token() // the closing bracket
+	}
+	return "", false
 }
 
 // hex4 decodes the four hex digits at raw[at:at+4].
