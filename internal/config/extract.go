@@ -217,7 +217,13 @@ func (x *Extractor) extractOne(raw []byte, headers, signed map[string]string, no
 		// Never beyond the request time plus the tolerance: a claimed future time
 		// (a forged header, a broken clock) would make every genuine later event of
 		// the entity look stale. Such a time is not believed, and not replaced either.
-		if t, err := expr.AsTime(v); err == nil && !now.IsZero() && !t.After(now.Add(x.tolerance)) {
+		// Nor is one before year 1: PostgreSQL (and pgx's encoding) cannot hold every
+		// such time, and a transaction failing on it would be a 503 on every retry.
+		// Both bounds are also compared in Unix seconds: time.Unix wraps its internal
+		// seconds near the int64 bounds, so such a time can look past (or year 1e11)
+		// while its Unix seconds are still the number sent.
+		if t, err := expr.AsTime(v); err == nil && !now.IsZero() && !t.After(now.Add(x.tolerance)) &&
+			t.Unix() >= firstYear && t.Unix() <= now.Add(x.tolerance).Unix() {
 			ev.OccurredAt = &t
 		}
 	}
@@ -361,6 +367,9 @@ func duplicateKey(dec *json.Decoder) (string, bool) {
 	}
 	return "", false
 }
+
+// firstYear is 0001-01-01T00:00:00Z in Unix seconds, the earliest occurredAt believed.
+const firstYear = -62135596800
 
 // hex4 decodes the four hex digits at raw[at:at+4].
 func hex4(raw []byte, at int) (int, bool) {

@@ -116,6 +116,11 @@ func AsTime(v ref.Val) (time.Time, error) {
 	case types.Uint:
 		return time.Unix(int64(t), 0).UTC(), nil
 	case types.Double:
+		// Beyond ±2^53 seconds (285 million years) no time is meant, and converting a
+		// larger double (or NaN) to int64 is undefined.
+		if f := float64(t); math.IsNaN(f) || math.Abs(f) > 1<<53 {
+			return time.Time{}, fmt.Errorf("%v is not a time in Unix seconds", f)
+		}
 		sec, frac := math.Modf(float64(t))
 		return time.Unix(int64(sec), int64(frac*1e9)).UTC(), nil
 	case types.String:
