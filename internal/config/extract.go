@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -280,6 +281,16 @@ func storableJSON(raw []byte) error {
 			if c == '"' {
 				inString = true
 			}
+			if c == '-' || c >= '0' && c <= '9' {
+				j := i
+				for j < len(raw) && strings.IndexByte("0123456789+-.eE", raw[j]) >= 0 {
+					j++
+				}
+				if !storableNumber(raw[i:j]) {
+					return fmt.Errorf("%w: the JSON holds a number beyond PostgreSQL's numeric range", ErrUnstorable)
+				}
+				i = j - 1
+			}
 			continue
 		}
 		switch c {
@@ -366,6 +377,45 @@ func duplicateKey(dec *json.Decoder) (string, bool) {
 		_, _ = dec.Token() // the closing bracket
 	}
 	return "", false
+}
+
+// PostgreSQL's numeric (jsonb's number) holds at most 131072 digits before the decimal
+// point and 16383 after it; a JSON number beyond either fails the transaction.
+const (
+	maxNumericWeight = 131072
+	maxNumericScale  = 16383
+)
+
+// storableNumber reports whether the JSON number text n fits PostgreSQL's numeric.
+// Malformed numbers are left to the decoder (true).
+func storableNumber(n []byte) bool {
+	s := strings.TrimPrefix(string(n), "-")
+	mantissa, exp := s, int64(0)
+	if k := strings.IndexAny(s, "eE"); k >= 0 {
+		e, err := strconv.ParseInt(strings.TrimPrefix(s[k+1:], "+"), 10, 64)
+		if err != nil {
+			// An exponent past int64 is beyond numeric, unless it is malformed.
+			return strings.Trim(s[k+1:], "+-0123456789") != "" || s[k+1:] == ""
+		}
+		mantissa, exp = s[:k], e
+	}
+	intPart, frac, _ := strings.Cut(mantissa, ".")
+	if exp > 1<<40 || exp < -(1<<40) {
+		return strings.Trim(mantissa, "0.") == "" && exp > 0
+	}
+	if int64(len(frac))-exp > maxNumericScale {
+		return false
+	}
+	// The position of the leading significant digit relative to the point.
+	var weight int64
+	if t := strings.TrimLeft(intPart, "0"); t != "" {
+		weight = int64(len(t)) + exp
+	} else if t := strings.TrimLeft(frac, "0"); t != "" {
+		weight = -int64(len(frac)-len(t)) + exp
+	} else {
+		return true // zero: only its scale matters
+	}
+	return weight <= maxNumericWeight
 }
 
 // firstYear is 0001-01-01T00:00:00Z in Unix seconds, the earliest occurredAt believed.
