@@ -173,14 +173,15 @@ func (x *Extractor) Extract(v *signature.Verified, header http.Header) ([]event.
 }
 
 func (x *Extractor) extractOne(raw []byte, headers, signed map[string]string, now time.Time) (event.Event, error) {
-	if err := storableJSON(raw); err != nil {
+	keys, err := storableJSON(raw)
+	if err != nil {
 		return event.Event{}, err
 	}
 	parsed, err := expr.DecodeJSON(raw)
 	if err != nil {
 		return event.Event{}, err
 	}
-	if err := uniqueKeys(raw); err != nil {
+	if err := uniqueKeys(raw, keys, parsed); err != nil {
 		return event.Event{}, err
 	}
 	body, ok := parsed.(map[string]any)
@@ -269,17 +270,22 @@ func storableText(s string) bool {
 // alter) the JSON text raw: bytes that are not UTF-8, a \u0000 escape, or a \u escape of
 // a surrogate that is not a high one followed by a low one. Go's decoder accepts all of
 // them (mapping lone surrogates to U+FFFD), so they are looked for in the text itself.
-// Malformed JSON is left to the decoder.
-func storableJSON(raw []byte) error {
+// Malformed JSON is left to the decoder. For well-formed JSON it also returns how many
+// keys the text holds (the colons outside strings), which uniqueKeys compares with the
+// decoded value.
+func storableJSON(raw []byte) (keys int, err error) {
 	if !utf8.Valid(raw) {
-		return fmt.Errorf("%w: the JSON holds bytes that are not UTF-8", ErrUnstorable)
+		return 0, fmt.Errorf("%w: the JSON holds bytes that are not UTF-8", ErrUnstorable)
 	}
 	inString := false
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if !inString {
-			if c == '"' {
+			switch c {
+			case '"':
 				inString = true
+			case ':':
+				keys++
 			}
 			if c == '-' || c >= '0' && c <= '9' {
 				j := i
@@ -287,7 +293,7 @@ func storableJSON(raw []byte) error {
 					j++
 				}
 				if !storableNumber(raw[i:j]) {
-					return fmt.Errorf("%w: the JSON holds a number beyond PostgreSQL's numeric range", ErrUnstorable)
+					return 0, fmt.Errorf("%w: the JSON holds a number beyond PostgreSQL's numeric range", ErrUnstorable)
 				}
 				i = j - 1
 			}
@@ -298,7 +304,7 @@ func storableJSON(raw []byte) error {
 			inString = false
 		case '\\':
 			if i+1 >= len(raw) {
-				return nil
+				return keys, nil
 			}
 			if raw[i+1] != 'u' {
 				i++
@@ -306,27 +312,27 @@ func storableJSON(raw []byte) error {
 			}
 			code, ok := hex4(raw, i+2)
 			if !ok {
-				return nil
+				return keys, nil
 			}
 			i += 5
 			switch {
 			case code == 0:
-				return fmt.Errorf("%w: the JSON holds a \\u0000 escape", ErrUnstorable)
+				return 0, fmt.Errorf("%w: the JSON holds a \\u0000 escape", ErrUnstorable)
 			case code >= 0xDC00 && code <= 0xDFFF:
-				return fmt.Errorf("%w: the JSON holds a lone low surrogate escape", ErrUnstorable)
+				return 0, fmt.Errorf("%w: the JSON holds a lone low surrogate escape", ErrUnstorable)
 			case code >= 0xD800 && code <= 0xDBFF:
 				low, ok := -1, false
 				if i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
 					low, ok = hex4(raw, i+3)
 				}
 				if !ok || low < 0xDC00 || low > 0xDFFF {
-					return fmt.Errorf("%w: the JSON holds a high surrogate escape without its low surrogate", ErrUnstorable)
+					return 0, fmt.Errorf("%w: the JSON holds a high surrogate escape without its low surrogate", ErrUnstorable)
 				}
 				i += 6
 			}
 		}
 	}
-	return nil
+	return keys, nil
 }
 
 // uniqueKeys returns an ErrUnstorable error when an object of the JSON text raw (already
@@ -335,12 +341,34 @@ func storableJSON(raw []byte) error {
 // last, other parsers the first or both; jsonb would also store a document the provider
 // did not sign. So "id" twice could dedupe on one value while a sink acts on another.
 // Keys are compared as decoded, so "id" and "\u0069d" are the same key, as in jsonb.
-func uniqueKeys(raw []byte) error {
+// The check is a count: keys (storableJSON's) against the entries of parsed's objects,
+// which a repeated key makes fewer; only then is the text read again, to name the key.
+func uniqueKeys(raw []byte, keys int, parsed any) error {
+	if entries(parsed) == keys {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if key, dup := duplicateKey(dec); dup {
 		return fmt.Errorf("%w: the JSON holds the key %.64q twice in one object", ErrUnstorable, key)
 	}
-	return nil
+	return fmt.Errorf("%w: the JSON holds a key twice in one object", ErrUnstorable)
+}
+
+// entries counts the entries of every object in the decoded JSON value v.
+func entries(v any) int {
+	n := 0
+	switch t := v.(type) {
+	case map[string]any:
+		n = len(t)
+		for _, x := range t {
+			n += entries(x)
+		}
+	case []any:
+		for _, x := range t {
+			n += entries(x)
+		}
+	}
+	return n
 }
 
 // duplicateKey reads one value from dec and returns the first key that appears twice in
@@ -389,6 +417,9 @@ const (
 // storableNumber reports whether the JSON number text n fits PostgreSQL's numeric.
 // Malformed numbers are left to the decoder (true).
 func storableNumber(n []byte) bool {
+	if len(n) <= maxNumericScale && bytes.IndexAny(n, "eE") < 0 {
+		return true // without an exponent, neither bound is reachable in fewer digits
+	}
 	s := strings.TrimPrefix(string(n), "-")
 	mantissa, exp := s, int64(0)
 	if k := strings.IndexAny(s, "eE"); k >= 0 {

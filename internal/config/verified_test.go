@@ -348,6 +348,13 @@ func TestUnstorableEventsAreRefused(t *testing.T) {
 		"{\"id\":\"evt_1\",\"type\":\"x\",\"n\":\"\xc3\x28\"}",
 		`{"id":"` + strings.Repeat("i", MaxKeyBytes+1) + `","type":"x"}`,
 		`{"id":"evt_1","type":"` + strings.Repeat("t", MaxKeyBytes+1) + `"}`,
+		// A key twice in one object, however spelled and however deep.
+		`{"id":"evt_1","type":"x","id":"evt_2"}`,
+		`{"id":"evt_1","type":"x","\u0069d":"evt_2"}`,
+		`{"id":"evt_1","type":"x","data":[{"a":1},{"b":{"c":1,"c":2}}]}`,
+		`{"id":"evt_1","type":"x","n":1e200000}`,
+		`{"id":"evt_1","type":"x","n":1e-200000}`,
+		`{"id":"evt_1","type":"x","n":-0.` + strings.Repeat("0", 16383) + `1}`,
 	}
 	for _, body := range unstorable {
 		_, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(body), nil, testNow)
@@ -360,6 +367,10 @@ func TestUnstorableEventsAreRefused(t *testing.T) {
 		`{"id":"evt_1","type":"x","note":"\ud83d\ude00 \u00e9 \u0001"}`,
 		`{"id":"evt_1","type":"x","note":"\"\\"}`,
 		`{"id":"` + strings.Repeat("i", MaxKeyBytes) + `","type":"x"}`,
+		// Colons in strings are not keys; equal keys in different objects and keys
+		// that differ in case are different keys.
+		`{"id":"evt_1","type":"x:y","note":"a:\":b","ID":"c","d":{"id":":"},"e":[{"id":1},{"id":2}]}`,
+		`{"id":"evt_1","type":"x","n":1e100,"m":-0.` + strings.Repeat("0", 16382) + `1}`,
 	}
 	for _, body := range storable {
 		if _, err := signedExtract(t, x, v1alpha1.ProviderStripe, []byte(body), nil, testNow); err != nil {
