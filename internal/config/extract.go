@@ -115,11 +115,13 @@ var ErrBadPayload = errors.New("bad payload")
 
 // ErrUnstorable wraps (with ErrBadPayload) the Extract error of an authentic event that
 // PostgreSQL cannot store unaltered: a JSON document with a \u0000 escape or a lone
-// surrogate (jsonb refuses them), bytes that are not UTF-8, or an id, type or entity key
-// with a NUL or invalid UTF-8 (text refuses them). Storing an altered copy would record
-// and forward something the provider did not sign, and mapping ids could merge two
-// events into one; so the event is refused with a 4xx the receiver counts (outcome
-// "unstorable"), instead of failing the transaction with a 503 on every retry.
+// surrogate (jsonb refuses them), a number beyond numeric's range, a key twice in one
+// object (parsers disagree on which copy counts), bytes that are not UTF-8, or an id,
+// type or entity key with a NUL or invalid UTF-8 (text refuses them). Storing an
+// altered copy would record and forward something the provider did not sign, and
+// mapping ids could merge two events into one; so the event is refused with a 4xx the
+// receiver counts (outcome "unstorable"), instead of failing the transaction with a 503
+// on every retry.
 var ErrUnstorable = errors.New("the event cannot be stored unaltered")
 
 // MaxKeyBytes is the longest event id, type and entity key an event may have. The id and
