@@ -419,7 +419,7 @@ const (
 // storableNumber reports whether the JSON number text n fits PostgreSQL's numeric.
 // Malformed numbers are left to the decoder (true).
 func storableNumber(n []byte) bool {
-	if len(n) <= maxNumericScale && bytes.IndexAny(n, "eE") < 0 {
+	if len(n) <= maxNumericScale && !bytes.ContainsAny(n, "eE") {
 		return true // without an exponent, neither bound is reachable in fewer digits
 	}
 	s := strings.TrimPrefix(string(n), "-")
