@@ -49,6 +49,7 @@ type receiverFlags struct {
 	groupMaxEvents    int
 	groupTransactions int
 	groupOverflow     time.Duration
+	groupPredict      bool
 	// maxInFlight overrides spec.receiver.maxInFlight when positive.
 	maxInFlight int
 	// poolMaxInFlight caps a pool process's requests, all endpoints together.
@@ -77,6 +78,7 @@ func (f receiverFlags) groupCommit() (receipt.GroupCommit, error) {
 		return g, fmt.Errorf("--group-commit-overflow-after must not be negative, got %s", f.groupOverflow)
 	}
 	g.OverflowAfter = f.groupOverflow
+	g.NoPrediction = !f.groupPredict
 	return g, nil
 }
 
@@ -114,6 +116,8 @@ without a restart, and lists them on the admin port at GET /endpoints.`,
 	fl.IntVar(&f.groupTransactions, "group-commit-transactions", receipt.DefaultGroupCommit.Transactions, "receipt transactions run at once when deliveries are grouped; 0 the default")
 	fl.DurationVar(&f.groupOverflow, "group-commit-overflow-after", receipt.DefaultGroupCommit.OverflowAfter,
 		"open the receipt transactions beyond the first only for deliveries queued this long behind the running one; 0 opens them at once")
+	fl.BoolVar(&f.groupPredict, "group-commit-predict", !receipt.DefaultGroupCommit.NoPrediction,
+		"decide a group on the entities as this process last wrote them (or new) and have the database check it: one round trip instead of two while predictions hold")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 0, "webhook requests handled at once before the rest get 503 with Retry-After (0: spec.receiver.maxInFlight)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof; off by default)")
 	fl.StringVar(&f.executionTrace, "execution-trace", "", "write a Go execution trace of the whole run to this file (for go tool trace: where goroutines wait; off by default; about 200–250 KB per thousand webhooks)")

@@ -78,13 +78,20 @@ type candidate struct {
 	receiptID int64
 	// was is the stored receipt's outcome when it was read.
 	was Outcome
-	res Result
+	// predicted: decided on a prediction; its receipt is written only if it held
+	// (predict.go).
+	predicted bool
+	res       Result
 }
 
 // entityPlan is everything one transaction decides about one entity.
 type entityPlan struct {
 	primary  *candidate
 	released []*candidate
+	// after is the entity as the plan leaves it, when it exists and nothing of it stays
+	// parked (settled): what the next prediction of it starts from (predict.go).
+	after   entityState
+	settled bool
 }
 
 // result is the primary event's result with the parked events it released.
@@ -123,20 +130,7 @@ type decision struct {
 
 // lockSteps lock ev's entity and read its context into view when they run.
 func (r *Recorder) lockSteps(ev *Event, view *entityView) []step {
-	lockArgs := r.entityArgs(ev.EntityKey)
-	if r.mode == managedCreate {
-		lockArgs["initial"] = r.ep.Machine.Initial()
-		// The entity's amount is the amount of an event that can start its history (a
-		// transition of its type leaves the initial state), never of whichever event
-		// arrived first: a partial refund delivered before the capture would otherwise
-		// fix the order's amount at the refund's and fail the capture's guard.
-		var amount *int64
-		if r.ep.Machine.LeavesInitial(ev.Type) {
-			amount = ev.Amount
-		}
-		lockArgs["amount"] = amount
-	}
-	lock := step{sql: r.sql.lock, args: lockArgs, read: func(br pgx.BatchResults) error {
+	lock := step{sql: r.sql.lock, args: r.lockArgs(ev), read: func(br pgx.BatchResults) error {
 		if err := scanLock(br, view); err != nil {
 			return fmt.Errorf("lock entity of event %s: %w", ev.ID, err)
 		}
@@ -160,6 +154,28 @@ func (r *Recorder) lockSteps(ev *Event, view *entityView) []step {
 		return nil
 	}}
 	return []step{lock, context}
+}
+
+// lockArgs are the lock statement's parameters for ev.
+func (r *Recorder) lockArgs(ev *Event) pgx.NamedArgs {
+	args := r.entityArgs(ev.EntityKey)
+	if r.mode == managedCreate {
+		args["initial"] = r.ep.Machine.Initial()
+		args["amount"] = r.createdAmount(ev)
+	}
+	return args
+}
+
+// createdAmount is the amount onUnmatched Create gives an entity ev's lock creates: the
+// amount of an event that can start its history (a transition of its type leaves the
+// initial state), never of whichever event arrived first: a partial refund delivered
+// before the capture would otherwise fix the order's amount at the refund's and fail
+// the capture's guard.
+func (r *Recorder) createdAmount(ev *Event) *int64 {
+	if r.ep.Machine.LeavesInitial(ev.Type) {
+		return ev.Amount
+	}
+	return nil
 }
 
 // scanLock reads the lock statement's result: no row when the entity does not exist.
@@ -200,6 +216,8 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 		// onUnmatched Retry, a copy of an event whose entity the app has deleted since
 		// is a duplicate, not a delivery to refuse until the entity comes back.
 		c.res = Result{Duplicate: true}
+		plan.after = entityState{state: view.state, amount: view.amount, lastAt: view.lastAt}
+		plan.settled = view.found && !view.created && len(view.parked) == 0
 		if view.created {
 			return []step{execWriteStep(r.sql.undoCreate, r.entityArgs(c.ev.EntityKey))}, nil
 		}
@@ -234,6 +252,7 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 		}
 	}
 	if len(waiting) == 0 {
+		plan.after, plan.settled = cur, true
 		return steps, nil
 	}
 
@@ -265,6 +284,7 @@ func (r *Recorder) planEntity(ctx context.Context, plan *entityPlan, view *entit
 			break
 		}
 	}
+	plan.after, plan.settled = cur, len(waiting) == 0
 	if slices.Contains(waiting, c) {
 		// The delivered (or replayed) event waits: recorded as parked.
 		steps = append(steps, r.writeStep(c, v, view.created))
@@ -392,9 +412,13 @@ func (r *Recorder) writeStep(c *candidate, v decision, created bool) step {
 	if r.mode == managedCreate {
 		args["created"] = created
 	}
+	insertOutcome, insertApplied := r.sql.insertOutcome, r.sql.insertApplied
+	if c.predicted {
+		insertOutcome, insertApplied = r.sql.predictedOutcome, r.sql.predictedApplied
+	}
 	if v.outcome != OutcomeApplied {
 		args["outcome"] = string(v.outcome)
-		return step{sql: r.sql.insertOutcome, args: args, write: true, read: func(br pgx.BatchResults) error {
+		return step{sql: insertOutcome, args: args, write: true, read: func(br pgx.BatchResults) error {
 			if err := br.QueryRow().Scan(&c.res.ReceiptID); err != nil {
 				if errors.Is(err, pgx.ErrNoRows) {
 					c.res = Result{Duplicate: true}
@@ -405,7 +429,7 @@ func (r *Recorder) writeStep(c *candidate, v decision, created bool) step {
 			return nil
 		}}
 	}
-	return step{sql: r.sql.insertApplied, args: args, write: true, read: func(br pgx.BatchResults) error {
+	return step{sql: insertApplied, args: args, write: true, read: func(br pgx.BatchResults) error {
 		var wroteOutbox bool
 		if err := br.QueryRow().Scan(&c.res.ReceiptID, &wroteOutbox, nil); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {

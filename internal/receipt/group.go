@@ -56,6 +56,10 @@ type GroupCommit struct {
 	// deliveries that have queued that long behind the running one: until then they form
 	// the next group, a larger one. Zero opens them as soon as deliveries queue.
 	OverflowAfter time.Duration
+	// NoPrediction makes every group lock and read its entities before deciding (two
+	// round trips) instead of deciding on what the Recorder predicts and having the
+	// database check it (one round trip while predictions hold; predict.go).
+	NoPrediction bool
 	// Observe, when set, is told the size of every group run (a metric).
 	Observe func(size int)
 }
@@ -333,16 +337,31 @@ func groupContext(group []*groupMember) (context.Context, context.CancelFunc) {
 // form (grouper.forming) until it holds its locks.
 const groupLockTimeout = "50ms"
 
-// recordGroup runs the group's transaction: two round trips for the whole group. The
-// replies are in group order; an error means nothing was committed.
+// recordGroup runs the group's transaction: one round trip when its entities are
+// predicted (predict.go), else two (recordLocked). The replies are in group order; an
+// error means nothing was committed.
 func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHeld func()) ([]groupReply, error) {
-	// Lock in entity-key order, so concurrent groups never wait on each other in a cycle.
+	if preds, ok := r.predict(group); ok {
+		return r.recordPredicted(ctx, group, preds, lockHeld)
+	}
+	return r.recordLocked(ctx, group, lockHeld)
+}
+
+// keyOrder is the order in which group's entities are locked: entity-key order, so
+// concurrent groups never wait on each other in a cycle.
+func keyOrder(group []*groupMember) []int {
 	order := make([]int, len(group))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(group[a].ev.EntityKey, group[b].ev.EntityKey) })
+	return order
+}
 
+// recordLocked runs the group's transaction in two round trips: lock and read every
+// member's entity, then decide and write.
+func (r *Recorder) recordLocked(ctx context.Context, group []*groupMember, lockHeld func()) ([]groupReply, error) {
+	order := keyOrder(group)
 	var replies []groupReply
 	var plans []*entityPlan
 	err := r.inTxWith(ctx, groupSettingsStep, func(tx *pipelinedTx) error {
@@ -386,6 +405,13 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 	if err != nil {
 		return nil, fmt.Errorf("record %d events: %w", len(group), err)
 	}
+	r.learn(plans, nil)
+	return r.committed(group, replies, plans), nil
+}
+
+// committed answers a committed group's members from their plans (those left out of it
+// keep their error) and tells what the commit wrote.
+func (r *Recorder) committed(group []*groupMember, replies []groupReply, plans []*entityPlan) []groupReply {
 	results := make([]Result, 0, len(group))
 	for i := range replies {
 		if replies[i].err == nil {
@@ -397,5 +423,5 @@ func (r *Recorder) recordGroup(ctx context.Context, group []*groupMember, lockHe
 		}
 	}
 	r.afterCommit(results)
-	return replies, nil
+	return replies
 }

@@ -225,6 +225,8 @@ type Recorder struct {
 	group           *grouper
 	recent          *recentEvents
 	parkFor         time.Duration
+	// predictions, when set, lets groups run in one round trip (predict.go).
+	predictions *predictions
 }
 
 // NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
@@ -240,6 +242,9 @@ func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recor
 	}
 	if d := ep.Spec.Retention.DedupeFor; d != nil {
 		r.recent = r.recent.forgetAfter(d.Duration)
+	}
+	if r.group != nil && !r.group.cfg.NoPrediction {
+		r.predictions = newPredictions()
 	}
 	return r
 }

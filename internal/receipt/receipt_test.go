@@ -498,12 +498,17 @@ func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, ordersBinding()), ordersTable,
 		`INSERT INTO public.orders (tenant_id, client_txn_id, status, expected_amount_paise)
-		 SELECT 'acme', 'txn-' || g, 'payment_pending', 100 FROM generate_series(1, 10) g`)
+		 SELECT 'acme', 'txn-' || g, 'payment_pending', 100 FROM generate_series(1, 12) g`)
 	f.pool.Reset()
 	// another is a second replica's Recorder on the same database: it has not seen what
 	// f.rec committed, so copies of those reach the database.
 	another := NewRecorder(f.pool, f.ep)
+	// locked never predicts: it locks and reads, then writes.
+	locked := NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 32, Transactions: 2, NoPrediction: true}))
 	for i := 1; i <= 2; i++ { // warm-up: prepare every statement
+		if _, err := locked.Record(f.ctx, ev(fmt.Sprintf("warm-l-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i+10), 100, t0)); err != nil {
+			t.Fatal(err)
+		}
 		f.record(ev(fmt.Sprintf("warm-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i), 100, t0))
 		f.record(ev(fmt.Sprintf("warm-u-%d", i), "customer.created", "", 0, t0))
 		if r, err := another.Record(f.ctx, ev(fmt.Sprintf("warm-%d", i), "payment_intent.succeeded", fmt.Sprintf("txn-%d", i), 100, t0)); err != nil || !r.Duplicate {
@@ -534,12 +539,23 @@ func TestRoundTrips(t *testing.T) {
 			t.Errorf("%s: %d round trips, want %d", name, got, want)
 		}
 	}
-	measure("applied", 2, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), func(r Result) bool { return r.Outcome == OutcomeApplied })
-	measure("guard_failed", 2, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), func(r Result) bool { return r.Outcome == OutcomeGuardFailed })
+	applied := func(r Result) bool { return r.Outcome == OutcomeApplied }
+	guardFailed := func(r Result) bool { return r.Outcome == OutcomeGuardFailed }
+	// Predicted (predict.go): an order the recorder has not seen is predicted new, in
+	// the initial state with the event's amount; one it wrote, as it left it.
+	measure("applied, predicted new", 1, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), applied)
+	measure("applied, predicted as this recorder left it", 1, ev("e1-r", "charge.refunded", "txn-3", 100, t0.Add(time.Second)),
+		func(r Result) bool { return r.Outcome == OutcomeApplied && r.ToState == "refunded" })
+	measure("guard_failed, mispredicted (the order's amount is not the event's)", 3,
+		ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), guardFailed)
 	isDup := func(r Result) bool { return r.Duplicate }
 	measure("duplicate this recorder committed", 0, ev("e1", "payment_intent.succeeded", "txn-3", 100, t0), isDup)
-	measure("duplicate another replica committed", 2, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), isDup, another)
+	measure("duplicate another replica committed", 1, ev("e2", "payment_intent.succeeded", "txn-4", 1, t0), isDup, another)
 	measure("unhandled", 1, ev("e3", "customer.created", "", 0, t0), func(r Result) bool { return r.Outcome == OutcomeUnhandled })
+
+	// Unpredicted: lock and read, then write.
+	measure("applied, unpredicted", 2, ev("e4", "payment_intent.succeeded", "txn-8", 100, t0), applied, locked)
+	measure("guard_failed, unpredicted", 2, ev("e5", "payment_intent.succeeded", "txn-9", 1, t0), guardFailed, locked)
 }
 
 func TestLiveObjectFeedsTheGuard(t *testing.T) {

@@ -54,6 +54,16 @@ type statements struct {
 	expirable, expire string
 	// parkedStats counts the endpoint's parked events and the oldest one's age.
 	parkedStats string
+	// expectLock and expectContext replace lock and entityContext in a predicted group
+	// (predict.go), whose decisions are sent before anything is read: expectLock takes
+	// the lock and holds only if the locked row is the predicted one (@expect_state,
+	// @expect_amount, @expect_last_at, @expect_created); expectContext holds only if
+	// expectLock did, @event_id is unrecorded, nothing of the entity is parked and (app
+	// tables) the clock reads @expect_last_at. Each answers whether it holds.
+	expectLock, expectContext string
+	// predictedOutcome and predictedApplied are insertOutcome and insertApplied gated on
+	// the member's prediction: they write nothing when it missed.
+	predictedOutcome, predictedApplied string
 }
 
 // mode is how the entity is found; it decides the lock statement and its parameters.
@@ -130,28 +140,10 @@ FROM %s a WHERE %s FOR UPDATE OF a`, q.state, amount, q.table, q.where("a"))
    WHERE p.endpoint = @endpoint AND p.entity_key = @entity_key AND p.outcome = 'parked') AS parked`, t.Events, clock)
 
 	// Writing a new receipt.
-	insertReceipt := fmt.Sprintf(`INSERT INTO %s
-  (endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail, processed_at)
-VALUES (@endpoint, @event_id, @event_type, @entity_key, @payload, @headers, @occurred_at, @amount, %%s, @detail, now())
-ON CONFLICT (endpoint, event_id) DO NOTHING
-RETURNING id, event_id, event_type, received_at, payload`, t.Events)
 	s.undoCreate = fmt.Sprintf(`DELETE FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key`, t.Entities)
-	undoCreate := ""
-	if m == managedCreate {
-		undoCreate = fmt.Sprintf(`,
-undo_create AS (
-  DELETE FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key AND @created::bool
-    AND NOT EXISTS (SELECT 1 FROM receipt))`, t.Entities)
-	}
-	s.insertOutcome = fmt.Sprintf("WITH receipt AS (%s)%s\nSELECT id FROM receipt",
-		fmt.Sprintf(insertReceipt, "@outcome"), undoCreate)
-
 	moved := moveEntity(ep, m, t)
-	s.insertApplied = fmt.Sprintf(`WITH receipt AS (%s),
-%s%s,
-%s
-SELECT receipt.id, EXISTS (SELECT 1 FROM effect), %s
-FROM receipt`, fmt.Sprintf(insertReceipt, "'applied'"), moved, undoCreate, effect(t), failUnlessMoved)
+	s.insertOutcome, s.insertApplied = insertStatements(m, t, moved, false)
+	s.predictedOutcome, s.predictedApplied = insertStatements(m, t, moved, true)
 
 	// Writing a stored receipt.
 	s.applyStored = fmt.Sprintf(`WITH receipt AS (
@@ -177,9 +169,113 @@ FROM %s WHERE id = @receipt_id AND endpoint = @endpoint`, t.Events)
 WHERE endpoint = @endpoint AND outcome = 'parked' AND %s LIMIT @limit`, t.Events, olderThan)
 	s.expire = fmt.Sprintf(`UPDATE %s SET outcome = 'expired', detail = @detail, processed_at = now()
 WHERE endpoint = @endpoint AND entity_key = @entity_key AND outcome = 'parked' AND %s`, t.Events, olderThan)
+	s.expectLock, s.expectContext = expectStatements(s.lock, m, t)
 	s.parkedStats = fmt.Sprintf(`SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(%s)), 0)::float8
 FROM %s WHERE endpoint = @endpoint AND outcome = 'parked'`, parkedSince, t.Events)
 	return s, m
+}
+
+// insertStatements builds insertOutcome and insertApplied (see statements). predicted
+// builds the forms a predicted group sends (predict.go): they write nothing unless the
+// member's expectLock and expectContext found the entity as predicted, which they
+// record in the transaction's predictionSetting.
+func insertStatements(m mode, t store.Tables, moved string, predicted bool) (outcome, applied string) {
+	const columns = `(endpoint, event_id, event_type, entity_key, payload, headers, occurred_at, amount, outcome, detail, processed_at)`
+	source := `VALUES (@endpoint, @event_id, @event_type, @entity_key, @payload, @headers, @occurred_at, @amount, %s, @detail, now())`
+	created := "@created::bool"
+	if predicted {
+		// A SELECT's parameters take no type from the columns: each is cast.
+		source = `SELECT @endpoint::text, @event_id::text, @event_type::text, @entity_key::text, @payload::jsonb,
+  @headers::jsonb, @occurred_at::timestamptz, @amount::bigint, %s, @detail::text, now()
+WHERE ` + predictionNow + ` = '` + predictionHeld + `'`
+		// @created is the predicted one, which expectLock found true when it held. An
+		// entity the lock created for a copy is deleted, as undoCreate does; one it
+		// created for a member that missed is deleted too, so that the member's second
+		// run creates it, as if the first had never been.
+		created = fmt.Sprintf(`CASE %s WHEN '%s' THEN @created::bool WHEN '%s' THEN true WHEN '%s' THEN true ELSE false END`,
+			predictionNow, predictionHeld, predictionSeenCreated, predictionMissedCreated)
+	}
+	insertReceipt := fmt.Sprintf(`INSERT INTO %s
+  %s
+%s
+ON CONFLICT (endpoint, event_id) DO NOTHING
+RETURNING id, event_id, event_type, received_at, payload`, t.Events, columns, source)
+	undoCreate := ""
+	if m == managedCreate {
+		undoCreate = fmt.Sprintf(`,
+undo_create AS (
+  DELETE FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key
+    AND NOT EXISTS (SELECT 1 FROM receipt) AND %s)`, t.Entities, created)
+	}
+	outcome = fmt.Sprintf("WITH receipt AS (%s)%s\nSELECT id FROM receipt",
+		fmt.Sprintf(insertReceipt, "@outcome::text"), undoCreate)
+	applied = fmt.Sprintf(`WITH receipt AS (%s),
+%s%s,
+%s
+SELECT receipt.id, EXISTS (SELECT 1 FROM effect), %s
+FROM receipt`, fmt.Sprintf(insertReceipt, "'applied'"), moved, undoCreate, effect(t), failUnlessMoved)
+	return outcome, applied
+}
+
+// predictionSetting is the transaction-local setting in which a predicted group's
+// expectLock and expectContext record, member by member, what became of the member's
+// prediction; the member's writes that follow read it. Its values:
+//
+//	locked          expectLock found the row predicted (expectContext decides on)
+//	held            and expectContext found the event new and nothing parked: written
+//	seen            the event is recorded already: a duplicate, nothing written
+//	missed          not as predicted: nothing written, the member runs again
+//	seen-created, missed-created   as seen and missed, and the lock created the
+//	                entity: the member's statement deletes it again (undo_create)
+const (
+	predictionSetting       = "hookkeeper.prediction"
+	predictionLocked        = "locked"
+	predictionHeld          = "held"
+	predictionSeen          = "seen"
+	predictionSeenCreated   = "seen-created"
+	predictionMissed        = "missed"
+	predictionMissedCreated = "missed-created"
+	predictionNow           = "current_setting('" + predictionSetting + "', true)"
+)
+
+// expectStatements builds expectLock and expectContext around lock (see statements).
+// Each records its answer in predictionSetting and returns it. The lock's columns are
+// named by the CTE; app tables' last_at is always NULL there, their clock is compared
+// by expectContext.
+func expectStatements(lock string, m mode, t store.Tables) (expectLock, expectContext string) {
+	same := `l.state IS NOT DISTINCT FROM @expect_state::text
+    AND l.amount IS NOT DISTINCT FROM @expect_amount::bigint AND l.created = @expect_created::bool`
+	clock := ""
+	if m == appTable {
+		clock = fmt.Sprintf(`
+    OR (SELECT last_event_at FROM %s WHERE endpoint = @endpoint AND entity_key = @entity_key)
+       IS DISTINCT FROM @expect_last_at::timestamptz`, t.EntityClocks)
+	} else {
+		same += `
+    AND l.last_at IS NOT DISTINCT FROM @expect_last_at::timestamptz`
+	}
+	record := func(answer string) string {
+		return fmt.Sprintf(`SELECT set_config('%s', %s, true)`, predictionSetting, answer)
+	}
+	// count(*) = 1 reads (and so locks) every row the key matches: a key that matches
+	// several is a miss here and an error in the unpredicted path (scanLock).
+	expectLock = fmt.Sprintf(`WITH l(found, state, amount, last_at, created) AS (
+%s)
+%s`, lock, record(fmt.Sprintf(`(SELECT CASE
+  WHEN count(*) = 1 AND bool_and(%s) THEN '%s'
+  WHEN bool_or(l.created) THEN '%s'
+  ELSE '%s' END FROM l)`, same, predictionLocked, predictionMissedCreated, predictionMissed)))
+	created := fmt.Sprintf(`(%s = '%s' OR (%s = '%s' AND @expect_created::bool))`,
+		predictionNow, predictionMissedCreated, predictionNow, predictionLocked)
+	expectContext = record(fmt.Sprintf(`CASE
+  WHEN EXISTS (SELECT 1 FROM %[1]s WHERE endpoint = @endpoint AND event_id = @event_id)
+    THEN CASE WHEN %[2]s THEN '%[3]s' ELSE '%[4]s' END
+  WHEN %[5]s IS DISTINCT FROM '%[6]s' THEN %[5]s
+  WHEN EXISTS (SELECT 1 FROM %[1]s p WHERE p.endpoint = @endpoint AND p.entity_key = @entity_key AND p.outcome = 'parked')%[7]s
+    THEN CASE WHEN %[2]s THEN '%[8]s' ELSE '%[9]s' END
+  ELSE '%[10]s' END`, t.Events, created, predictionSeenCreated, predictionSeen, predictionNow, predictionLocked,
+		clock, predictionMissedCreated, predictionMissed, predictionHeld))
+	return expectLock, expectContext
 }
 
 // moveEntity is the `moved` CTE: the guarded update of the atomic event receipt, only
