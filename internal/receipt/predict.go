@@ -76,7 +76,9 @@ type prediction struct {
 func (p *prediction) held() bool { return p.answer == predictionHeld }
 
 // seen: the member is a copy of a recorded event.
-func (p *prediction) seen() bool { return p.answer == predictionSeen || p.answer == predictionSeenCreated }
+func (p *prediction) seen() bool {
+	return p.answer == predictionSeen || p.answer == predictionSeenCreated
+}
 
 // missed: the member wrote nothing and runs again.
 func (p *prediction) missed() bool { return !p.held() && !p.seen() }
