@@ -194,6 +194,7 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 	}
 	groupSize := metrics.GroupSize.WithLabelValues(ep.Key())
 	group.Observe = func(n int) { groupSize.Observe(float64(n)) }
+	group.ObservePrediction = func(result string) { metrics.Predictions.WithLabelValues(ep.Key(), result).Inc() }
 	recOpts = append(recOpts, receipt.WithOutboxWritten(wake), receipt.WithGroupCommit(group))
 	recorder := receipt.NewRecorder(pool, ep, recOpts...)
 	handler, err := receiver.HandlerFor(ep, recorder, log.WithName("webhook"))

@@ -92,6 +92,12 @@ var (
 	GroupSize = endpointHistogram("hookkeeper_receipt_group_size",
 		"Deliveries committed per receipt transaction (group commit; 1 = alone).",
 		[]float64{1, 2, 4, 8, 16, 32, 64})
+
+	// Predictions counts group members decided on a prediction of their entity, by
+	// result: held (one round trip), duplicate (one round trip), missed (decided again,
+	// unpredicted: a second transaction).
+	Predictions = endpointCounter("hookkeeper_receipt_predictions_total",
+		"Deliveries decided on a prediction of their entity, by result: held, duplicate or missed (run again unpredicted).", LabelResult)
 )
 
 // Dispatcher metrics.
@@ -157,7 +163,7 @@ func endpointMetrics() []endpointMetric {
 	return []endpointMetric{
 		Requests, RequestDuration, Duplicates, SignatureFailures, Transitions, GuardErrors,
 		ParkedEvents, ParkedOldestAge, ParkedExpired, RetentionRemoved, InFlight, Overloaded,
-		RejectionLogsSuppressed, GroupSize, OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown,
+		RejectionLogsSuppressed, GroupSize, Predictions, OutboxBacklog, OutboxOldestAge, OutboxDead, SinkDown,
 		Deliveries, DeliveryAttempts, CommitToDelivery,
 	}
 }

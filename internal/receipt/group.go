@@ -23,6 +23,11 @@ import (
 //	decide each member with the state machine (Go)
 //	[each member's receipt-and-effects statement + COMMIT]
 //
+// or, when the Recorder predicts what the first round trip would read (predict.go), one:
+//
+//	decide each member on its predicted entity (Go)
+//	[BEGIN + lock and check each member's entity, its statement gated on the check + COMMIT]
+//
 // Members of a group have distinct event ids and distinct entity keys, so each member's
 // decision depends only on its own locked row, exactly as if it ran alone; a delivery
 // that conflicts with a queued one waits for the next group. Locks are taken in key order
@@ -62,6 +67,9 @@ type GroupCommit struct {
 	NoPrediction bool
 	// Observe, when set, is told the size of every group run (a metric).
 	Observe func(size int)
+	// ObservePrediction, when set, is told what became of each member's prediction:
+	// PredictionHeld, PredictionDuplicate or PredictionMissed (a metric).
+	ObservePrediction func(result string)
 }
 
 // DefaultGroupCommit runs one group transaction at a time while they keep up, so the

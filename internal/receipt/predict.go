@@ -39,6 +39,16 @@ import (
 // credit left every probeEvery-th group is predicted anyway, to notice when they hold
 // again (another replica stopped writing the same entities, say).
 
+// What became of a member's prediction (GroupCommit.ObservePrediction).
+const (
+	// PredictionHeld: the entity was as predicted; written in one round trip.
+	PredictionHeld = "held"
+	// PredictionDuplicate: the event was recorded already; answered in one round trip.
+	PredictionDuplicate = "duplicate"
+	// PredictionMissed: not as predicted; the member ran again, unpredicted.
+	PredictionMissed = "missed"
+)
+
 // predictions is what a Recorder knows of the entities it wrote, and its credit.
 type predictions struct {
 	mu sync.Mutex
@@ -176,12 +186,23 @@ func (r *Recorder) recordPredicted(ctx context.Context, group []*groupMember, pr
 	}
 	var again []*groupMember
 	var at []int
+	observe := func(string) {}
+	if r.group != nil && r.group.cfg.ObservePrediction != nil {
+		observe = r.group.cfg.ObservePrediction
+	}
 	for i := range group {
+		if !r.needsLock(&group[i].ev) {
+			continue
+		}
 		switch {
+		case preds[i].held():
+			observe(PredictionHeld)
 		case preds[i].missed():
+			observe(PredictionMissed)
 			replies[i].err = errMissed // answered below
 			again, at = append(again, group[i]), append(at, i)
-		case preds[i].seen():
+		default:
+			observe(PredictionDuplicate)
 			// A copy of a recorded event: a duplicate, as planEntity answers it; the
 			// entity the lock may have created for it is deleted again (undo_create).
 			// What the entity is was not checked: not settled.

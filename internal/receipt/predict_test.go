@@ -158,12 +158,21 @@ func TestPredictionsStopWhileTheyMiss(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	f.pendingOrders(64, 100)
+	results := map[string]int{}
+	g := DefaultGroupCommit
+	g.ObservePrediction = func(r string) { results[r]++ } // one delivery at a time: no race
+	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(g))
 	// Every capture carries the wrong amount: predicted new, every one misses.
 	for i := range 8 {
-		f.record(ev(bad(i), "payment_intent.succeeded", order(i), 1, t0))
+		if r := f.record(ev(bad(i), "payment_intent.succeeded", order(i), 1, t0)); r.Outcome != OutcomeGuardFailed {
+			t.Fatalf("capture %d: %+v, want guard_failed", i, r)
+		}
 	}
 	if got := f.rec.predictions.credit; got != 0 {
 		t.Fatalf("credit %d after 8 misses, want 0", got)
+	}
+	if results[PredictionMissed] < 4 || results[PredictionHeld] != 0 {
+		t.Errorf("observed %v, want only misses (at least 4: credit 8, 2 a miss)", results)
 	}
 	before := f.writes.Load()
 	f.record(ev(bad(8), "payment_intent.succeeded", order(8), 1, t0))
@@ -174,8 +183,9 @@ func TestPredictionsStopWhileTheyMiss(t *testing.T) {
 	for i := 9; i < 9+2*probeEvery; i++ {
 		f.record(ev(bad(i), "payment_intent.succeeded", order(i), 100, t0))
 	}
-	if got := f.rec.predictions.credit; got == 0 {
-		t.Errorf("credit still 0 after %d events that predictions would have got right", 2*probeEvery)
+	if got := f.rec.predictions.credit; got == 0 || results[PredictionHeld] == 0 {
+		t.Errorf("credit %d, %v after %d events that predictions would have got right: predictions never resumed",
+			got, results, 2*probeEvery)
 	}
 }
 

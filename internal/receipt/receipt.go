@@ -39,7 +39,9 @@
 //   - 1 round trip when no transition handles its type (unhandled) or it has no entity
 //     key: [BEGIN + insert with the final outcome + COMMIT].
 //
-// A group of n concurrent deliveries costs 2 round trips in all. An Adyen batch of n
+// A group of n concurrent deliveries costs 2 round trips in all, or 1 when the Recorder
+// predicts its entities (predict.go): [BEGIN + per member: lock and check the
+// prediction, the receipt-and-effects statement gated on it + COMMIT]. An Adyen batch of n
 // items costs at most n+1 round trips in one transaction: the locks of all its entities,
 // in key order, ride with the first item's, and each item's receipt statement rides in
 // the same batch as the next item's lock. (The first execution of each

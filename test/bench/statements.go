@@ -119,7 +119,7 @@ func statementName(q string) string {
 		return "receipt+transition+outbox"
 	case strings.Contains(q, "FOR UPDATE"), strings.Contains(q, "ON CONFLICT (endpoint, entity_key) DO UPDATE SET amount"):
 		return "entity lock"
-	case strings.HasPrefix(q, "SELECT EXISTS"):
+	case strings.HasPrefix(q, "SELECT EXISTS"), strings.HasPrefix(q, "SELECT set_config('hookkeeper.prediction'"):
 		return "context read"
 	case strings.Contains(q, "set_config("):
 		return "settings"

@@ -44,6 +44,8 @@ func TestStatementName(t *testing.T) {
 		"INSERT INTO \"hookkeeper\".\"entities\" AS e (endpoint) VALUES ($1)\nON CONFLICT (endpoint, entity_key) DO UPDATE\n  SET amount = 1": "entity lock",
 		"SELECT EXISTS (SELECT 1 FROM \"hookkeeper\".\"webhook_events\")":                                                                     "context read",
 		"SELECT set_config($1, $2, $3), set_config($4, $5, $6)":                                                                               "settings",
+		"SELECT set_config('hookkeeper.prediction', CASE WHEN EXISTS (SELECT 1) THEN 'seen' END, true)":                                       "context read",
+		"WITH l(found) AS (\nSELECT true FROM t WHERE k = $1 FOR UPDATE)\nSELECT set_config('hookkeeper.prediction', 'locked', true)":         "entity lock",
 		"SELECT pg_notify($1, $2)": "SELECT pg_notify($1, $2)",
 		"COMMIT":                   "COMMIT",
 	} {
