@@ -80,6 +80,9 @@ const (
 	// receiver of its own (receipt.DefaultRecentEvents), so hundreds of busy endpoints in
 	// one pod stay within its memory: 0.25 MiB each when full.
 	pooledRecentEvents = 4096
+	// pooledPredictedEntities: likewise for the entities a pooled endpoint remembers to
+	// predict (receipt.DefaultPredictedEntities): about 0.35 MiB each when full.
+	pooledPredictedEntities = 2048
 )
 
 // Names of the tasks startDelay treats apart.
@@ -150,7 +153,8 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 
 	if o.Pooled {
 		u.spread = pooledStartSpread
-		recOpts = append(recOpts, receipt.WithRecentEvents(pooledRecentEvents))
+		recOpts = append(recOpts, receipt.WithRecentEvents(pooledRecentEvents),
+			receipt.WithPredictedEntities(pooledPredictedEntities))
 		u.db, err = store.NewPool(ctx, ep.DatabaseURL, store.PoolOptions{
 			MaxConns:          ep.Spec.Database.MaxConnections,
 			MaxConnIdleTime:   pooledConnIdleTime,

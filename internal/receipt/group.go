@@ -42,8 +42,8 @@ import (
 // away is answered ErrRetryLater and left out of the second round trip: it wrote nothing.
 //
 // No delivery waits for a group to fill: a group is whatever is queued when a
-// transaction slot frees up, so a lone request starts at once and costs what it always
-// did (two round trips). A delivery that finds nobody queued, no transaction running and
+// transaction slot frees up, so a lone request starts at once and costs what it would
+// alone (two round trips, one when predicted). A delivery that finds nobody queued, no transaction running and
 // no group forming runs on its own goroutine, without being handed to a leader and back.
 // Deliveries that arrive while a transaction runs queue for the next group; a second
 // transaction opens only for deliveries that have queued OverflowAfter (behind a slow
@@ -208,8 +208,9 @@ func (g *grouper) runAlone(m *groupMember) {
 
 // lead runs groups until the queue is empty. One group at a time forms and takes its
 // locks (g.forming): the next group is taken when the previous one holds its locks and
-// sends its inserts, so the two round trips of consecutive groups overlap and each
-// group is what arrived during one round trip, not two.
+// sends its inserts (a predicted group: when it sends its one batch), so the round trips
+// of concurrent groups overlap and each group is what arrived during one round trip,
+// not two.
 func (g *grouper) lead() {
 	for {
 		g.forming.Lock()

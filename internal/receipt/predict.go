@@ -53,15 +53,25 @@ const (
 type predictions struct {
 	mu sync.Mutex
 	// settled: an entity's state after this Recorder's last commit that touched it, for
-	// entities that exist with nothing parked. Cleared when it reaches maxKnown entries.
+	// entities that exist with nothing parked. Cleared when it would pass max entries.
 	settled map[string]entityState
+	max     int
 	credit  int
 	groups  int
 }
 
+// DefaultPredictedEntities is how many entities a Recorder remembers the state of, to
+// predict them (WithPredictedEntities): 2.7 MiB of heap when full with 24-character
+// keys (174 bytes an entity, measured), grown only as entities are written.
+const DefaultPredictedEntities = 16384
+
+// WithPredictedEntities sets how many entities the Recorder remembers the state of (see
+// DefaultPredictedEntities); entities it does not remember are predicted new.
+func WithPredictedEntities(n int) Option {
+	return func(r *Recorder) { r.predictedEntities = n }
+}
+
 const (
-	// maxKnown bounds predictions.settled (about 100 bytes an entry).
-	maxKnown = 16384
 	// maxCredit is where credit starts and stops growing; a hit earns 1, a miss costs
 	// missCost, so predictions go on while more than two in three hold.
 	maxCredit  = 8
@@ -69,8 +79,8 @@ const (
 	probeEvery = 16
 )
 
-func newPredictions() *predictions {
-	return &predictions{settled: map[string]entityState{}, credit: maxCredit}
+func newPredictions(max int) *predictions {
+	return &predictions{settled: map[string]entityState{}, max: max, credit: maxCredit}
 }
 
 // prediction is the entity view predicted for one member: what expectLock and
@@ -245,7 +255,7 @@ func (r *Recorder) learn(plans []*entityPlan, preds []prediction) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.settled)+len(plans) > maxKnown {
+	if len(p.settled)+len(plans) > p.max {
 		clear(p.settled)
 	}
 	for i, plan := range plans {

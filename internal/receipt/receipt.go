@@ -35,13 +35,14 @@
 // Statements are pipelined with pgx batches, so an event costs:
 //
 //   - 2 round trips when the state machine handles its type: [BEGIN + lock + context],
-//     then [receipt-and-effects + COMMIT];
+//     then [receipt-and-effects + COMMIT]; 1 when the Recorder predicted the entity
+//     (predict.go) and the database found it so;
 //   - 1 round trip when no transition handles its type (unhandled) or it has no entity
 //     key: [BEGIN + insert with the final outcome + COMMIT].
 //
-// A group of n concurrent deliveries costs 2 round trips in all, or 1 when the Recorder
-// predicts its entities (predict.go): [BEGIN + per member: lock and check the
-// prediction, the receipt-and-effects statement gated on it + COMMIT]. An Adyen batch of n
+// A group of n concurrent deliveries costs the same in all: [BEGIN + per member: lock
+// and check the prediction, the receipt-and-effects statement gated on it + COMMIT]
+// when predicted, its members that missed then running again. An Adyen batch of n
 // items costs at most n+1 round trips in one transaction: the locks of all its entities,
 // in key order, ride with the first item's, and each item's receipt statement rides in
 // the same batch as the next item's lock. (The first execution of each
@@ -227,8 +228,10 @@ type Recorder struct {
 	group           *grouper
 	recent          *recentEvents
 	parkFor         time.Duration
-	// predictions, when set, lets groups run in one round trip (predict.go).
-	predictions *predictions
+	// predictions, when set, lets groups run in one round trip (predict.go), remembering
+	// up to predictedEntities entities.
+	predictions       *predictions
+	predictedEntities int
 }
 
 // NewRecorder prepares the SQL of ep. The pool must reach ep's database with the schema
@@ -236,7 +239,7 @@ type Recorder struct {
 func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recorder {
 	s, m := buildStatements(ep)
 	r := &Recorder{pool: pool, housekeeping: pool, ep: ep, key: ep.Key(), sql: s, mode: m,
-		deadlockRetries: 3, parkFor: ep.ParkFor()}
+		deadlockRetries: 3, parkFor: ep.ParkFor(), predictedEntities: DefaultPredictedEntities}
 	r.group = newGrouper(r, DefaultGroupCommit)
 	r.recent = newRecentEvents(DefaultRecentEvents)
 	for _, o := range opts {
@@ -246,7 +249,7 @@ func NewRecorder(pool *pgxpool.Pool, ep *config.Endpoint, opts ...Option) *Recor
 		r.recent = r.recent.forgetAfter(d.Duration)
 	}
 	if r.group != nil && !r.group.cfg.NoPrediction {
-		r.predictions = newPredictions()
+		r.predictions = newPredictions(r.predictedEntities)
 	}
 	return r
 }
@@ -395,6 +398,7 @@ func (r *Recorder) recordInOneTx(ctx context.Context, evs []Event, lives []any) 
 			r.recent.add(evs[i].ID)
 		}
 	}
+	r.learn(plans, nil)
 	r.afterCommit(results)
 	return results, nil
 }
