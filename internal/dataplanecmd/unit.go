@@ -81,8 +81,8 @@ const (
 	// one pod stay within its memory: 0.25 MiB each when full.
 	pooledRecentEvents = 4096
 	// pooledPredictedEntities: likewise for the entities a pooled endpoint remembers to
-	// predict (receipt.DefaultPredictedEntities): about 0.35 MiB each when full.
-	pooledPredictedEntities = 2048
+	// predict (receipt.DefaultPredictedEntities): about 0.17 MiB each when full.
+	pooledPredictedEntities = 1024
 )
 
 // Names of the tasks startDelay treats apart.

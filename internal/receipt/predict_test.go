@@ -191,3 +191,19 @@ func TestPredictionsStopWhileTheyMiss(t *testing.T) {
 
 func bad(i int) string   { return fmt.Sprintf("cap-%d", i) }
 func order(i int) string { return fmt.Sprintf("order-%d", i) }
+
+// TestPredictedEntitiesAreBounded: the memory of entities never passes
+// WithPredictedEntities; entities it forgot are predicted new again.
+func TestPredictedEntitiesAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedCreate, nil))
+	f.rec = NewRecorder(f.pool, f.ep, WithPredictedEntities(3))
+	for i := range 10 {
+		if r := f.record(ev(bad(i), "payment_intent.succeeded", order(i), 100, t0)); r.Outcome != OutcomeApplied {
+			t.Fatalf("capture %d: %+v", i, r)
+		}
+		if n := len(f.rec.predictions.settled); n > 3 {
+			t.Fatalf("%d entities remembered after %d captures, want at most 3", n, i+1)
+		}
+	}
+}
