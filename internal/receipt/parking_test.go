@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,12 +250,25 @@ func TestGuardErrorAppliesNothing(t *testing.T) {
 // result with its effects in provider order.
 func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 	t.Parallel()
-	for _, group := range []bool{true, false} {
-		t.Run(fmt.Sprintf("group commit %v", group), func(t *testing.T) {
+	// "two replicas" sends each delivery to one of two Recorders at random: each one's
+	// predictions (predict.go) keep missing what the other wrote, under concurrency.
+	for _, name := range []string{"group commit true", "group commit false", "two replicas"} {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, endpointSpec(v1alpha1.UnmatchedCreate, nil))
-			if !group {
-				f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 1}))
+			recs := []*Recorder{f.rec}
+			var missed atomic.Int64
+			switch name {
+			case "group commit false":
+				recs[0] = NewRecorder(f.pool, f.ep, WithGroupCommit(GroupCommit{MaxEvents: 1}))
+			case "two replicas":
+				g := DefaultGroupCommit
+				g.ObservePrediction = func(r string) {
+					if r == PredictionMissed {
+						missed.Add(1)
+					}
+				}
+				recs = []*Recorder{NewRecorder(f.pool, f.ep, WithGroupCommit(g)), NewRecorder(f.pool, f.ep, WithGroupCommit(g))}
 			}
 			const entities = 40
 			var deliveries []Event
@@ -273,8 +287,8 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-			for _, err := range fanOut(deliveries, 12, func(_ int, e Event) error {
-				if _, err := f.rec.Record(f.ctx, e); err != nil {
+			for _, err := range fanOut(deliveries, 12, func(w int, e Event) error {
+				if _, err := recs[w%len(recs)].Record(f.ctx, e); err != nil {
 					return fmt.Errorf("%s: %w", e.ID, err)
 				}
 				return nil
@@ -289,6 +303,10 @@ func TestConcurrentOutOfOrderDeliveriesConverge(t *testing.T) {
 			if got := f.rows.ReceiptsWithOutcome(t, OutcomeParked); got != 0 {
 				t.Fatalf("%d events still parked", got)
 			}
+			if name == "two replicas" && missed.Load() == 0 {
+				t.Errorf("no prediction missed: the test did not exercise the replicas' disagreement")
+			}
+			t.Logf("predictions missed: %d", missed.Load())
 			if got := f.count(`SELECT count(*) FROM (SELECT entity_key FROM hk.outbox GROUP BY entity_key
 				HAVING string_agg(event_type, ',' ORDER BY id) NOT IN ('order.paid,order.refunded,order.disputed', 'order.paid,order.disputed')) bad`); got != 0 {
 				t.Fatalf("%d entities have effects out of provider order", got)
