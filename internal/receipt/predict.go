@@ -34,6 +34,13 @@ import (
 // miss: a failed statement would roll back the members that held, and pgx forgets
 // every prepared statement of a batch that failed.
 //
+// The batch reaches the server whole, COMMIT included. A caller that gives up while it
+// waits for a lock (its context cancelled: pgx closes the socket) is answered an error
+// at once, but PostgreSQL goes on when the lock frees and commits what the batch says:
+// unacknowledged, so the provider's retry is a duplicate (grouper.record says the same
+// of any group its caller leaves). The unpredicted path sends COMMIT only after reading
+// the locks, so there a caller that leaves during a lock wait commits nothing.
+//
 // A miss costs its member a second transaction, so predictions are made only while
 // they mostly hold (credit): a miss costs more credit than a hit earns, and with no
 // credit left every probeEvery-th group is predicted anyway, to notice when they hold
