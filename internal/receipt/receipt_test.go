@@ -498,7 +498,7 @@ func TestDatabaseFailureMidTransactionCommitsNothing(t *testing.T) {
 			// The provider's retry then succeeds: applied, or a duplicate of the batch
 			// that went on without its caller.
 			r := f.record(ev("evt_x", "payment_intent.succeeded", "txn-1", 100, t0))
-			if r.Outcome != OutcomeApplied && !(how == "cancel" && r.Duplicate) {
+			if cancelledCopy := how == "cancel" && r.Duplicate; r.Outcome != OutcomeApplied && !cancelledCopy {
 				t.Fatalf("retry: %+v", r)
 			}
 			if got := f.rows.ReceiptsWithOutcome(t, OutcomeApplied); got != 1 {
