@@ -282,15 +282,18 @@ func (g *grouper) run(group []*groupMember, lockHeld func()) {
 			m.reply <- groupReply{err: fmt.Errorf("record event %s: %w", m.ev.ID, m.ctx.Err())}
 			continue
 		}
-		go func() {
-			res, err := g.r.recordInOneTx(m.ctx, []Event{m.ev}, []any{m.live})
-			rep := groupReply{err: err}
-			if err == nil {
-				rep.res = res[0]
-			}
-			m.reply <- rep
-		}()
+		go func() { m.reply <- g.r.recordAlone(m) }()
 	}
+}
+
+// recordAlone records m in a transaction of its own, which waits for locks as long as
+// it must: a member whose group could not commit it.
+func (r *Recorder) recordAlone(m *groupMember) groupReply {
+	res, err := r.recordInOneTx(m.ctx, []Event{m.ev}, []any{m.live})
+	if err != nil {
+		return groupReply{err: err}
+	}
+	return groupReply{res: res[0]}
 }
 
 // groupContext lives while any member's caller waits: the group is abandoned only when

@@ -149,7 +149,7 @@ func (r *Recorder) predict(group []*groupMember) ([]prediction, bool) {
 }
 
 // expectSteps lock ev's entity and check it is as predicted (statements.expectLock):
-// once they have run, pred.held says whether the member's writes were made.
+// once they have run, pred.answer says what the database found.
 func (r *Recorder) expectSteps(ev *Event, pred *prediction) []step {
 	args := r.lockArgs(ev)
 	v := pred.view
@@ -238,11 +238,7 @@ func (r *Recorder) recordPredicted(ctx context.Context, group []*groupMember, pr
 	if err != nil {
 		// As grouper.run does for a group that cannot commit: each alone.
 		for k, m := range again {
-			res, err := r.recordInOneTx(m.ctx, []Event{m.ev}, []any{m.live})
-			replies[at[k]] = groupReply{err: err}
-			if err == nil {
-				replies[at[k]].res = res[0]
-			}
+			replies[at[k]] = r.recordAlone(m)
 		}
 		return replies, nil
 	}

@@ -192,7 +192,7 @@ WHERE ` + predictionNow + ` = '` + predictionHeld + `'`
 		// entity the lock created for a copy is deleted, as undoCreate does; one it
 		// created for a member that missed is deleted too, so that the member's second
 		// run creates it, as if the first had never been.
-		created = fmt.Sprintf(`CASE %s WHEN '%s' THEN @created::bool WHEN '%s' THEN true WHEN '%s' THEN true ELSE false END`,
+		created = fmt.Sprintf(`CASE WHEN %[1]s = '%[2]s' THEN @created::bool ELSE %[1]s IN ('%[3]s', '%[4]s') END`,
 			predictionNow, predictionHeld, predictionSeenCreated, predictionMissedCreated)
 	}
 	insertReceipt := fmt.Sprintf(`INSERT INTO %s
