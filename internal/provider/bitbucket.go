@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderBitbucket is the spec.provider.type of Bitbucket Cloud.
 const ProviderBitbucket v1alpha1.ProviderType = "Bitbucket"
@@ -16,11 +12,8 @@ const ProviderBitbucket v1alpha1.ProviderType = "Bitbucket"
 // no timestamp is signed: X-Event-Key, X-Request-UUID, X-Hook-UUID and X-Attempt-Number
 // are not.
 func init() {
-	register(Provider{
-		Type:        ProviderBitbucket,
-		Scheme:      bodyScheme("X-Hub-Signature", "sha256=", v1alpha1.EncodingHex),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA256, "X-Hub-Signature", "sha256=", v1alpha1.EncodingHex, Provider{
+		Type: ProviderBitbucket,
 		Preset: Preset{
 			// The event key (repo:push, pullrequest:fulfilled) is in no signed field, so it
 			// is the type and is bound into the id, as for Shopify's topic: a retry (same
@@ -34,10 +27,8 @@ func init() {
 		},
 		Sample: repositorySample("X-Event-Key", "X-Request-UUID"),
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 hex in `X-Hub-Signature: sha256=…`",
-			Signed: "the body",
 			Key:    "the webhook's secret (raw)",
 			Source: "[Bitbucket](#bitbucket)",
 		},
-	})
+	}))
 }

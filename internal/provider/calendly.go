@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderCalendly is the spec.provider.type of Calendly.
 const ProviderCalendly v1alpha1.ProviderType = "Calendly"
@@ -17,11 +13,8 @@ const ProviderCalendly v1alpha1.ProviderType = "Calendly"
 // "payload"}), so the id is the digest of the signed body: a retry resends the same
 // body and is a duplicate.
 func init() {
-	register(Provider{
-		Type:        ProviderCalendly,
-		Scheme:      stripeStyleScheme("Calendly-Webhook-Signature"),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(stripeStyle("Calendly-Webhook-Signature", Provider{
+		Type: ProviderCalendly,
 		Preset: Preset{
 			// Calendly puts no event id in the body, and an event name and resource
 			// pair need not be unique (a resource can change more than once), so the
@@ -35,13 +28,10 @@ func init() {
 		},
 		Sample: calendlySample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `Calendly-Webhook-Signature: t=…,v1=…`",
-			Signed:    "`t`, `.` and the body",
-			Timestamp: "`t`",
-			Key:       "the webhook signing key (raw)",
-			Source:    "[Calendly](#calendly)",
+			Key:    "the webhook signing key (raw)",
+			Source: "[Calendly](#calendly)",
 		},
-	})
+	}))
 }
 
 func calendlySample(e SampleEvent) (Delivery, error) {

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,14 +42,11 @@ type hubspotVerifier struct {
 }
 
 func init() {
-	p := Provider{
+	// The fixed scheme fills in Scheme, Hash and KeyEncoding (NeedsURL and the vector
+	// tests read them); Verifier wraps the verifier derived from them, so the signature
+	// check is the shared one and only the splitting is HubSpot's.
+	p := fixedHMAC(v1alpha1.HMACSHA256, &hubspotScheme, Provider{
 		Type: ProviderHubSpot,
-		// Scheme, Hash and KeyEncoding are the fixed scheme (NeedsURL and the vector
-		// tests read it); Verifier wraps the verifier derived from them, so the
-		// signature check is the shared one and only the splitting is HubSpot's.
-		Scheme:      &hubspotScheme,
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
 			// HubSpot says eventId "is not guaranteed to be unique", and a retry changes
 			// attemptNumber (so the body digest); the id joins the signed fields that
@@ -67,13 +63,12 @@ func init() {
 		Batch:  true,
 		Sample: hubspotSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 base64 in `X-HubSpot-Signature-v3`",
 			Signed:    "the method, `signedURL`, the body and `X-HubSpot-Request-Timestamp`, concatenated",
 			Timestamp: "`X-HubSpot-Request-Timestamp` (milliseconds)",
 			Key:       "the app's client secret (raw)",
 			Source:    "[HubSpot](#hubspot)",
 		},
-	}
+	})
 	derived := fixedSchemeVerifier(p)
 	p.Verifier = func(spec v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
 		inner, err := derived(spec, secrets, tolerance)

@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Intercom signs with; HMAC does not rely on SHA-1's collision resistance.
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderIntercom is the spec.provider.type of Intercom.
 const ProviderIntercom v1alpha1.ProviderType = "Intercom"
@@ -14,11 +10,8 @@ const ProviderIntercom v1alpha1.ProviderType = "Intercom"
 // Notifications"). No header and no timestamp is signed. The notification's id
 // (notif_...) and created_at are body fields, so they are signed.
 func init() {
-	register(Provider{
-		Type:        ProviderIntercom,
-		Scheme:      bodyScheme("X-Hub-Signature", "sha1=", v1alpha1.EncodingHex),
-		Hash:        sha1.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA1, "X-Hub-Signature", "sha1=", v1alpha1.EncodingHex, Provider{
+		Type: ProviderIntercom,
 		Preset: Preset{
 			ID:         `body.id`,
 			Type:       `body.topic`,
@@ -27,12 +20,10 @@ func init() {
 		},
 		Sample: intercomSample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA1 hex in `X-Hub-Signature: sha1=…`",
-			Signed: "the body",
 			Key:    "the app's client secret (raw)",
 			Source: "[Intercom](#intercom)",
 		},
-	})
+	}))
 }
 
 func intercomSample(e SampleEvent) (Delivery, error) {

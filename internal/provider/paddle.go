@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -19,16 +17,13 @@ const ProviderPaddle v1alpha1.ProviderType = "Paddle"
 // p_signature form fields (RSA over a PHP-serialized array) are a different scheme and
 // are not supported.
 func init() {
-	register(Provider{
+	register(fixedHMAC(v1alpha1.HMACSHA256, &signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: "Paddle-Signature"}},
+		Composite:  &signature.Composite{PairSeparator: ";", KeyValueSeparator: "=", TimestampKey: "ts", SignatureKey: "h1"},
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   signature.MustTemplate("{timestamp}:{body}"),
+	}, Provider{
 		Type: ProviderPaddle,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "Paddle-Signature"}},
-			Composite:  &signature.Composite{PairSeparator: ";", KeyValueSeparator: "=", TimestampKey: "ts", SignatureKey: "h1"},
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{timestamp}:{body}"),
-		},
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
 			// event_id, not notification_id: a notification is one delivery of the event
 			// to one destination, and the event is what happened.
@@ -42,13 +37,12 @@ func init() {
 		},
 		Sample: paddleSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `Paddle-Signature: ts=…;h1=…`",
 			Signed:    "`ts`, `:` and the body",
 			Timestamp: "`ts`",
 			Key:       "the notification destination's secret key (`pdl_ntfset_…`), used whole (raw)",
 			Source:    "[Paddle](#paddle)",
 		},
-	})
+	}))
 }
 
 func paddleSample(e SampleEvent) (Delivery, error) {

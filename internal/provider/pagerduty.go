@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -17,17 +15,14 @@ const ProviderPagerDuty v1alpha1.ProviderType = "PagerDuty"
 // is {"event": {"id", "event_type", "resource_type", "occurred_at", "data": {...}}};
 // its id is the event id. The older v1/v2 webhook extensions are not supported.
 func init() {
-	register(Provider{
+	register(fixedHMAC(v1alpha1.HMACSHA256, &signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: "X-PagerDuty-Signature"}},
+		Prefix:     "v1=",
+		Separator:  ",",
+		Encoding:   v1alpha1.EncodingHex,
+		Template:   signature.MustTemplate("{body}"),
+	}, Provider{
 		Type: ProviderPagerDuty,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "X-PagerDuty-Signature"}},
-			Prefix:     "v1=",
-			Separator:  ",",
-			Encoding:   v1alpha1.EncodingHex,
-			Template:   signature.MustTemplate("{body}"),
-		},
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
 			ID:   `body.event.id`,
 			Type: `body.event.event_type`,
@@ -38,12 +33,11 @@ func init() {
 		},
 		Sample: pagerdutySample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 hex in `X-PagerDuty-Signature: v1=…[,v1=…]`",
 			Signed: "the body",
 			Key:    "the webhook subscription's secret (raw)",
 			Source: "[PagerDuty](#pagerduty)",
 		},
-	})
+	}))
 }
 
 func pagerdutySample(e SampleEvent) (Delivery, error) {

@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha512"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderPaystack is the spec.provider.type of Paystack.
 const ProviderPaystack v1alpha1.ProviderType = "Paystack"
@@ -14,11 +10,8 @@ const ProviderPaystack v1alpha1.ProviderType = "Paystack"
 // docs, "Webhooks", signature validation). No header and no timestamp is signed, and the
 // event envelope ({"event", "data"}) has no event id, so the id is the body digest.
 func init() {
-	register(Provider{
-		Type:        ProviderPaystack,
-		Scheme:      bodyScheme("X-Paystack-Signature", "", v1alpha1.EncodingHex),
-		Hash:        sha512.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA512, "x-paystack-signature", "", v1alpha1.EncodingHex, Provider{
+		Type: ProviderPaystack,
 		Preset: Preset{
 			// event + data.id would merge genuine repeats such as two invoice.update
 			// events of one invoice; the digest of the signed body does not.
@@ -30,12 +23,10 @@ func init() {
 		},
 		Sample: paystackSample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA512 hex in `x-paystack-signature`",
-			Signed: "the body",
 			Key:    "the secret key (`sk_live_…` / `sk_test_…`, raw)",
 			Source: "[Paystack](#paystack)",
 		},
-	})
+	}))
 }
 
 func paystackSample(e SampleEvent) (Delivery, error) {

@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderRazorpay is the spec.provider.type of Razorpay.
 const ProviderRazorpay v1alpha1.ProviderType = "Razorpay"
@@ -15,11 +11,8 @@ const ProviderRazorpay v1alpha1.ProviderType = "Razorpay"
 // timestamp. The body carries no event id either, so the id is the body digest: Razorpay
 // retries and dashboard replays resend the event "exactly as originally generated".
 func init() {
-	register(Provider{
-		Type:        ProviderRazorpay,
-		Scheme:      bodyScheme("X-Razorpay-Signature", "", v1alpha1.EncodingHex),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA256, "X-Razorpay-Signature", "", v1alpha1.EncodingHex, Provider{
+		Type: ProviderRazorpay,
 		Preset: Preset{
 			// X-Razorpay-Event-Id is not signed: an id read from it would let a replay
 			// under a new header value become a new event.
@@ -37,12 +30,10 @@ func init() {
 		},
 		Sample: razorpaySample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 hex in `X-Razorpay-Signature`",
-			Signed: "the body",
 			Key:    "the webhook secret set in the Dashboard (raw)",
 			Source: "[Razorpay](#razorpay)",
 		},
-	})
+	}))
 }
 
 // razorpaySample is a payment event of the order the entity key names.

@@ -1,19 +1,12 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // Shopify signs the body with HMAC-SHA256 under the app's client secret and sends the
 // base64 MAC in X-Shopify-Hmac-Sha256. No header is signed.
 func init() {
-	register(Provider{
-		Type:        v1alpha1.ProviderShopify,
-		Scheme:      bodyScheme("X-Shopify-Hmac-Sha256", "", v1alpha1.EncodingBase64),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA256, "X-Shopify-Hmac-Sha256", "", v1alpha1.EncodingBase64, Provider{
+		Type: v1alpha1.ProviderShopify,
 		Preset: Preset{
 			// The topic is in no signed field, so it stays the type and is bound into the
 			// id: one body under two topics (orders/paid and orders/updated render the
@@ -26,12 +19,10 @@ func init() {
 		},
 		Sample: shopifySample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 base64 in `X-Shopify-Hmac-Sha256`",
-			Signed: "the body",
 			Key:    "the app's client secret (raw)",
 			Source: "[Shopify](#shopify)",
 		},
-	})
+	}))
 }
 
 // shopifySample is a resource of the entity key's id under topic X-Shopify-Topic.

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"net/http"
 
@@ -13,11 +12,8 @@ import (
 // Setting an app's Request URL sends a signed url_verification request whose
 // challenge must come back.
 func init() {
-	register(Provider{
-		Type:        v1alpha1.ProviderSlack,
-		Scheme:      slackStyleScheme("X-Slack-Signature", "X-Slack-Request-Timestamp"),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(slackStyle("X-Slack-Signature", "X-Slack-Request-Timestamp", Provider{
+		Type: v1alpha1.ProviderSlack,
 		Preset: Preset{
 			ID:         `body.event_id`,
 			Type:       `body.event.type`,
@@ -27,14 +23,11 @@ func init() {
 		Handshake: slackHandshake,
 		Sample:    slackSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `X-Slack-Signature: v0=…`",
-			Signed:    "`v0:`, `X-Slack-Request-Timestamp` and the body",
-			Timestamp: "`X-Slack-Request-Timestamp`",
 			Handshake: "`url_verification`: the `challenge` is echoed",
 			Key:       "the app's signing secret (raw)",
 			Source:    "[Slack](#slack)",
 		},
-	})
+	}))
 }
 
 func slackHandshake(v *signature.Verified, _ http.Header) (Response, bool) {

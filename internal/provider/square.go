@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
-
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
@@ -18,15 +16,12 @@ const ProviderSquare v1alpha1.ProviderType = "Square"
 // no timestamp, no header. The body carries event_id (the same on every retry), type,
 // created_at and data.id. The legacy x-square-signature (HMAC-SHA1) is not read.
 func init() {
-	register(Provider{
+	register(fixedHMAC(v1alpha1.HMACSHA256, &signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{Signature: "x-square-hmacsha256-signature"}},
+		Encoding:   v1alpha1.EncodingBase64,
+		Template:   signature.MustTemplate("{url}{body}"),
+	}, Provider{
 		Type: ProviderSquare,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{Signature: "x-square-hmacsha256-signature"}},
-			Encoding:   v1alpha1.EncodingBase64,
-			Template:   signature.MustTemplate("{url}{body}"),
-		},
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
 			ID:        `body.event_id`,
 			Type:      `body.type`,
@@ -38,12 +33,11 @@ func init() {
 		},
 		Sample: squareSample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 base64 in `x-square-hmacsha256-signature`",
 			Signed: "`spec.provider.signedURL` (the notification URL) and the body",
 			Key:    "the subscription's signature key (raw)",
 			Source: "[Square](#square)",
 		},
-	})
+	}))
 }
 
 func squareSample(e SampleEvent) (Delivery, error) {

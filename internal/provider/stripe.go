@@ -1,20 +1,13 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // Stripe signs `{t}.{body}` with HMAC-SHA256 under the whole endpoint secret
 // (`whsec_...`, prefix included) and sends `Stripe-Signature: t=<unix>,v1=<hex>`, one v1
 // per secret during Stripe's own roll.
 func init() {
-	register(Provider{
-		Type:        v1alpha1.ProviderStripe,
-		Scheme:      stripeStyleScheme("Stripe-Signature"),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(stripeStyle("Stripe-Signature", Provider{
+		Type: v1alpha1.ProviderStripe,
 		Preset: Preset{
 			ID:         `body.id`,
 			Type:       `body.type`,
@@ -25,13 +18,10 @@ func init() {
 		Refetch: true,
 		Sample:  stripeSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `Stripe-Signature: t=…,v1=…`",
-			Signed:    "`t` and the body",
-			Timestamp: "`t`",
-			Key:       "`whsec_…` as shown, used whole",
-			Source:    "[Stripe](#stripe)",
+			Key:    "`whsec_…` as shown, used whole",
+			Source: "[Stripe](#stripe)",
 		},
-	})
+	}))
 }
 
 // stripeSample is a PaymentIntent event; the entity key is the object's id (the

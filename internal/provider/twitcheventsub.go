@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
 	"net/http"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -26,21 +25,18 @@ const ProviderTwitchEventSub v1alpha1.ProviderType = "TwitchEventSub"
 // revocation message (a body with a subscription but no event) is recorded as an event
 // of type "revocation.<status>".
 func init() {
-	register(Provider{
+	register(fixedHMAC(v1alpha1.HMACSHA256, &signature.Scheme{
+		HeaderSets: []signature.HeaderSet{{
+			Signature: "Twitch-Eventsub-Message-Signature",
+			Timestamp: "Twitch-Eventsub-Message-Timestamp",
+			ID:        "Twitch-Eventsub-Message-Id",
+		}},
+		Prefix:          "sha256=",
+		Encoding:        v1alpha1.EncodingHex,
+		TimestampFormat: v1alpha1.TimestampRFC3339,
+		Template:        signature.MustTemplate("{id}{timestamp}{body}"),
+	}, Provider{
 		Type: ProviderTwitchEventSub,
-		Scheme: &signature.Scheme{
-			HeaderSets: []signature.HeaderSet{{
-				Signature: "Twitch-Eventsub-Message-Signature",
-				Timestamp: "Twitch-Eventsub-Message-Timestamp",
-				ID:        "Twitch-Eventsub-Message-Id",
-			}},
-			Prefix:          "sha256=",
-			Encoding:        v1alpha1.EncodingHex,
-			TimestampFormat: v1alpha1.TimestampRFC3339,
-			Template:        signature.MustTemplate("{id}{timestamp}{body}"),
-		},
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
 		Preset: Preset{
 			// Twitch resends a message under the same id, so a retry is a duplicate.
 			ID: `signed.id`,
@@ -57,14 +53,13 @@ func init() {
 		Handshake: twitchEventSubHandshake,
 		Sample:    twitchEventSubSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `Twitch-Eventsub-Message-Signature: sha256=…`",
 			Signed:    "`Twitch-Eventsub-Message-Id`, `Twitch-Eventsub-Message-Timestamp` and the body, concatenated",
 			Timestamp: "`Twitch-Eventsub-Message-Timestamp` (RFC 3339)",
 			Handshake: "`webhook_callback_verification`: the `challenge` is echoed as text/plain",
 			Key:       "the subscription's `secret` (raw)",
 			Source:    "[Twitch EventSub](#twitch-eventsub)",
 		},
-	})
+	}))
 }
 
 // twitchEventSubHandshake answers a verified webhook_callback_verification message. It

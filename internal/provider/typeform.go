@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha256"
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderTypeform is the spec.provider.type of Typeform.
 const ProviderTypeform v1alpha1.ProviderType = "Typeform"
@@ -14,11 +10,8 @@ const ProviderTypeform v1alpha1.ProviderType = "Typeform"
 // No header and no timestamp is signed; event_id, event_type and the response's
 // submitted_at are body fields.
 func init() {
-	register(Provider{
-		Type:        ProviderTypeform,
-		Scheme:      bodyScheme("Typeform-Signature", "sha256=", v1alpha1.EncodingBase64),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA256, "Typeform-Signature", "sha256=", v1alpha1.EncodingBase64, Provider{
+		Type: ProviderTypeform,
 		Preset: Preset{
 			ID:         `body.event_id`,
 			Type:       `body.event_type`,
@@ -27,12 +20,10 @@ func init() {
 		},
 		Sample: typeformSample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA256 base64 in `Typeform-Signature: sha256=…`",
-			Signed: "the body",
 			Key:    "the webhook's `secret` (raw)",
 			Source: "[Typeform](#typeform)",
 		},
-	})
+	}))
 }
 
 func typeformSample(e SampleEvent) (Delivery, error) {

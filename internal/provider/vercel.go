@@ -1,10 +1,6 @@
 package provider
 
-import (
-	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what Vercel signs with; HMAC does not rely on SHA-1's collision resistance.
-
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
-)
+import "github.com/hookkeeper/hookkeeper/api/v1alpha1"
 
 // ProviderVercel is the spec.provider.type of Vercel.
 const ProviderVercel v1alpha1.ProviderType = "Vercel"
@@ -14,11 +10,8 @@ const ProviderVercel v1alpha1.ProviderType = "Vercel"
 // x-vercel-signature (Vercel docs, "Webhooks API Reference"). No header and no timestamp
 // is signed; the id, type and createdAt (Unix milliseconds) are body fields.
 func init() {
-	register(Provider{
-		Type:        ProviderVercel,
-		Scheme:      bodyScheme("X-Vercel-Signature", "", v1alpha1.EncodingHex),
-		Hash:        sha1.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(bodyHMAC(v1alpha1.HMACSHA1, "x-vercel-signature", "", v1alpha1.EncodingHex, Provider{
+		Type: ProviderVercel,
 		Preset: Preset{
 			ID:         `body.id`,
 			Type:       `body.type`,
@@ -27,12 +20,10 @@ func init() {
 		},
 		Sample: vercelSample,
 		Doc: Doc{
-			Scheme: "HMAC-SHA1 hex in `x-vercel-signature`",
-			Signed: "the body",
 			Key:    "the webhook's secret, or the integration's client secret (raw)",
 			Source: "[Vercel](#vercel)",
 		},
-	})
+	}))
 }
 
 func vercelSample(e SampleEvent) (Delivery, error) {

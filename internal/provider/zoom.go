@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
 
@@ -23,11 +22,8 @@ const ProviderZoom v1alpha1.ProviderType = "Zoom"
 // {"plainToken": ..., "encryptedToken": hex(HMAC-SHA256(secret token, plainToken))},
 // computed with the key that verified the request.
 func init() {
-	register(Provider{
-		Type:        ProviderZoom,
-		Scheme:      slackStyleScheme("x-zm-signature", "x-zm-request-timestamp"),
-		Hash:        sha256.New,
-		KeyEncoding: v1alpha1.KeyRaw,
+	register(slackStyle("x-zm-signature", "x-zm-request-timestamp", Provider{
+		Type: ProviderZoom,
 		Preset: Preset{
 			// Zoom sends no event id, so the id is the digest of the signed body: a
 			// redelivered body is a duplicate, and so is a replay under another
@@ -42,14 +38,11 @@ func init() {
 		Handshake: zoomHandshake,
 		Sample:    zoomSample,
 		Doc: Doc{
-			Scheme:    "HMAC-SHA256 hex in `x-zm-signature: v0=…`",
-			Signed:    "`v0:`, `x-zm-request-timestamp` and the body",
-			Timestamp: "`x-zm-request-timestamp`",
 			Handshake: "`endpoint.url_validation`: answers `plainToken` and `encryptedToken` (HMAC-SHA256 of it, hex)",
 			Key:       "the event subscription's Secret Token (raw)",
 			Source:    "[Zoom](#zoom)",
 		},
-	})
+	}))
 }
 
 // zoomHandshake answers a verified endpoint.url_validation request. The encryptedToken
