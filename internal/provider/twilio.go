@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -92,7 +93,7 @@ func (v *twilioVerifier) Open(req signature.Request) (*signature.Verified, error
 	if ferr != nil {
 		return nil, ferr
 	}
-	if trimmed := bytes.TrimLeft(req.Body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+	if twilioJSON(req.Body) {
 		return v.openJSON(req, keys, sig)
 	}
 	return v.openForm(req, keys, sig)
@@ -100,14 +101,8 @@ func (v *twilioVerifier) Open(req signature.Request) (*signature.Verified, error
 
 // openJSON checks a JSON body: the URL with bodySHA256 appended.
 func (v *twilioVerifier) openJSON(req signature.Request, keys []signature.Key, sig []byte) (*signature.Verified, error) {
-	sum := sha256.Sum256(req.Body)
-	param := "bodySHA256=" + hex.EncodeToString(sum[:])
 	for _, u := range v.urls {
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		if _, ok := v.keys.Match(keys, [][]byte{sig}, []byte(u), []byte(sep), []byte(param)); ok {
+		if _, ok := v.keys.Match(keys, [][]byte{sig}, []byte(u), []byte(twilioBodyParam(u, req.Body))); ok {
 			signed := map[string]string{signature.SignedDigest: signature.BodyDigest(req.Body)}
 			return signature.NewVerified(req.Now, []json.RawMessage{req.Body}, signed), nil
 		}
@@ -121,7 +116,6 @@ func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, s
 	if err != nil {
 		return nil, signature.Fail(signature.ReasonMalformedHeader, "the body is neither a JSON object nor a form")
 	}
-	names := make([]string, 0, len(form))
 	for name := range form {
 		// Twilio concatenates without separators, so field boundaries are not signed. A
 		// field name that is empty or starts like a query continuation would let the
@@ -130,20 +124,11 @@ func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, s
 		if name == "" || name[0] == '&' || name[0] == '?' {
 			return nil, signature.Fail(signature.ReasonMalformedHeader, "the form has a field name Twilio does not send")
 		}
-		names = append(names, name)
 	}
-	slices.Sort(names)
-	parts := make([][]byte, 1, 1+2*len(form))
-	for _, name := range names {
-		// A repeated name: every distinct value, sorted, as Twilio's own libraries sign
-		// repeated parameters (the document is refused below in any case).
-		values := slices.Clone(form[name])
-		slices.Sort(values)
-		for _, value := range slices.Compact(values) {
-			parts = append(parts, []byte(name), []byte(value))
-		}
-	}
-	fields := bytes.Join(parts[1:], nil)
+	names, fieldParts := twilioFormParts(form)
+	// parts[0] is the URL variant being tried.
+	parts := append([][]byte{nil}, fieldParts...)
+	fields := bytes.Join(fieldParts, nil)
 	matched := false
 	for _, u := range v.urls {
 		parts[0] = []byte(u)
@@ -178,16 +163,51 @@ func (v *twilioVerifier) openForm(req signature.Request, keys []signature.Key, s
 func (v *twilioVerifier) spellsJSON(u string, fields []byte) bool {
 	text := u + string(fields)
 	for _, w := range v.urls {
-		sep := "?"
-		if strings.Contains(w, "?") {
-			sep = "&"
-		}
-		hexDigest, ok := strings.CutPrefix(text, w+sep+"bodySHA256=")
+		hexDigest, ok := strings.CutPrefix(text, w+twilioParamPrefix(w))
 		if ok && len(hexDigest) == 2*sha256.Size && strings.Trim(hexDigest, "0123456789abcdef") == "" {
 			return true
 		}
 	}
 	return false
+}
+
+// twilioJSON reports whether Twilio signs body as JSON: its first non-space byte is '{'.
+func twilioJSON(body []byte) bool {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{'
+}
+
+// twilioBodyParam is what Twilio appends to the signed URL u for a JSON body: the
+// bodySHA256 query parameter, the hex SHA-256 of the body.
+func twilioBodyParam(u string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return twilioParamPrefix(u) + hex.EncodeToString(sum[:])
+}
+
+// twilioParamPrefix starts the bodySHA256 parameter: after "?", or "&" when u has a
+// query already.
+func twilioParamPrefix(u string) string {
+	if strings.Contains(u, "?") {
+		return "&bodySHA256="
+	}
+	return "?bodySHA256="
+}
+
+// twilioFormParts returns the form's field names, sorted, and what Twilio signs of the
+// fields after the URL: each name followed by its value, in name order. A repeated
+// name contributes every distinct value, sorted, as Twilio's own libraries sign
+// repeated parameters (the verifier refuses its document in any case).
+func twilioFormParts(form url.Values) ([]string, [][]byte) {
+	names := slices.Sorted(maps.Keys(form))
+	parts := make([][]byte, 0, 2*len(form))
+	for _, name := range names {
+		values := slices.Clone(form[name])
+		slices.Sort(values)
+		for _, value := range slices.Compact(values) {
+			parts = append(parts, []byte(name), []byte(value))
+		}
+	}
+	return names, parts
 }
 
 // twilioFormDocument renders the verified form as one JSON object, keys sorted.
@@ -270,30 +290,15 @@ func twilioSigner(spec v1alpha1.ProviderSpec, secret string, d Delivery) (Delive
 		return Delivery{}, fmt.Errorf("signing secret: %w", err)
 	}
 	parts := [][]byte{[]byte(spec.SignedURL)}
-	if trimmed := bytes.TrimLeft(d.Body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
-		sum := sha256.Sum256(d.Body)
-		sep := "?"
-		if strings.Contains(spec.SignedURL, "?") {
-			sep = "&"
-		}
-		parts = append(parts, []byte(sep+"bodySHA256="+hex.EncodeToString(sum[:])))
+	if twilioJSON(d.Body) {
+		parts = append(parts, []byte(twilioBodyParam(spec.SignedURL, d.Body)))
 	} else {
 		form, err := url.ParseQuery(string(d.Body))
 		if err != nil {
 			return Delivery{}, fmt.Errorf("the body is neither a JSON object nor a form: %w", err)
 		}
-		names := make([]string, 0, len(form))
-		for name := range form {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			values := slices.Clone(form[name])
-			slices.Sort(values)
-			for _, value := range slices.Compact(values) {
-				parts = append(parts, []byte(name), []byte(value))
-			}
-		}
+		_, fields := twilioFormParts(form)
+		parts = append(parts, fields...)
 	}
 	d.Header.Set(HeaderTwilioSignature, signature.EncodeSignature(v1alpha1.EncodingBase64, key.Sign(parts...)))
 	return d, nil
