@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -33,9 +32,7 @@ func init() {
 	register(Provider{
 		Type: v1alpha1.ProviderAdyen,
 		// Adyen signs no timestamp, so there is no tolerance to keep.
-		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyHex, func(keys *signature.Keyring, _ time.Duration) opener {
-			return &adyenVerifier{keys: keys}
-		}),
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyHex, func(k endpointKeys) opener { return &adyenVerifier{keys: k.keys} }),
 		// No OccurredAt: eventDate is outside the item signature. Whichever copy of an
 		// item arrives first is recorded, so an attacker holding one genuine item could
 		// re-send it dated 1970 before Adyen's retry and have it judged stale, the
@@ -61,7 +58,6 @@ func init() {
 			Scheme: "HMAC-SHA256 base64 per notification item (`additionalData.hmacSignature`), or of the body in `HmacSignature`",
 			Signed: "per item: `pspReference`, `originalReference`, `merchantAccountCode`, `merchantReference`, `amount.value`, `amount.currency`, `eventCode`, `success` (or the whole body with `HmacSignature`)",
 			Key:    "the HMAC key from the Customer Area (hex)",
-			Source: "[Adyen](#adyen)",
 		},
 	})
 }

@@ -27,8 +27,7 @@ func init() {
 		},
 		Sample: repositorySample("X-Event-Key", "X-Request-UUID"),
 		Doc: Doc{
-			Key:    "the webhook's secret (raw)",
-			Source: "[Bitbucket](#bitbucket)",
+			Key: "the webhook's secret (raw)",
 		},
 	}))
 }

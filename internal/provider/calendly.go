@@ -28,8 +28,7 @@ func init() {
 		},
 		Sample: calendlySample,
 		Doc: Doc{
-			Key:    "the webhook signing key (raw)",
-			Source: "[Calendly](#calendly)",
+			Key: "the webhook signing key (raw)",
 		},
 	}))
 }

@@ -22,8 +22,7 @@ func init() {
 		},
 		Sample: clerkSample,
 		Doc: Doc{
-			Key:    "the endpoint's signing secret, `whsec_…`",
-			Source: "[Clerk](#clerk)",
+			Key: "the endpoint's signing secret, `whsec_…`",
 		},
 	}))
 }

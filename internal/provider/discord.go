@@ -53,7 +53,6 @@ func init() {
 			Timestamp: "`X-Signature-Timestamp`",
 			Handshake: "`PING` (`type` 0): answered 204",
 			Key:       "the application's public key (hex)",
-			Source:    "[Discord](#discord)",
 		},
 	})
 }

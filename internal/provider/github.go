@@ -18,8 +18,7 @@ func init() {
 		},
 		Sample: repositorySample("X-GitHub-Event", "X-GitHub-Delivery"),
 		Doc: Doc{
-			Key:    "the webhook secret (raw)",
-			Source: "[GitHub](#github)",
+			Key: "the webhook secret (raw)",
 		},
 	}))
 }

@@ -88,7 +88,6 @@ func init() {
 			Scheme: "the secret token itself in `X-Gitlab-Token` (compared in constant time; not a signature)",
 			Signed: "nothing: the token authenticates the sender but binds neither body nor time, so anyone holding a captured token can send any body",
 			Key:    "the webhook's secret token (raw)",
-			Source: "[GitLab](#gitlab)",
 		},
 	})
 }

@@ -66,7 +66,6 @@ func init() {
 			Signed:    "the method, `signedURL`, the body and `X-HubSpot-Request-Timestamp`, concatenated",
 			Timestamp: "`X-HubSpot-Request-Timestamp` (milliseconds)",
 			Key:       "the app's client secret (raw)",
-			Source:    "[HubSpot](#hubspot)",
 		},
 	})
 	derived := fixedSchemeVerifier(p)

@@ -20,8 +20,7 @@ func init() {
 		},
 		Sample: intercomSample,
 		Doc: Doc{
-			Key:    "the app's client secret (raw)",
-			Source: "[Intercom](#intercom)",
+			Key: "the app's client secret (raw)",
 		},
 	}))
 }

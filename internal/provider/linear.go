@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -34,17 +33,12 @@ const linearTimestampField = "webhookTimestamp"
 // body and checks it against the endpoint's tolerance. A body without a well-formed
 // webhookTimestamp is refused, as Linear's own SDK (LinearWebhookClient.verify) refuses
 // it; Linear recommends a window of one minute (spec.provider.tolerance: 1m).
-type linearVerifier struct {
-	keys      *signature.Keyring
-	tolerance time.Duration
-}
+type linearVerifier struct{ endpointKeys }
 
 func init() {
 	register(Provider{
-		Type: ProviderLinear,
-		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(keys *signature.Keyring, tolerance time.Duration) opener {
-			return &linearVerifier{keys: keys, tolerance: tolerance}
-		}),
+		Type:     ProviderLinear,
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(k endpointKeys) opener { return &linearVerifier{k} }),
 		Preset: Preset{
 			// Linear-Delivery is not signed, and webhookTimestamp is the time of sending, so
 			// the body digest need not repeat on a retry. A data-change event is named by
@@ -65,7 +59,6 @@ func init() {
 			Signed:    "the body, including its `webhookTimestamp`",
 			Timestamp: "the body's `webhookTimestamp` (Unix ms)",
 			Key:       "the webhook's signing secret (raw)",
-			Source:    "[Linear](#linear)",
 		},
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
@@ -29,17 +28,12 @@ const ProviderMailgun v1alpha1.ProviderType = "Mailgun"
 // a duplicate of whichever copy arrived first. Events of a subaccount also carry
 // signature["parent-signature"], the same HMAC under the primary account's key; either
 // verifies.
-type mailgunVerifier struct {
-	keys      *signature.Keyring
-	tolerance time.Duration
-}
+type mailgunVerifier struct{ endpointKeys }
 
 func init() {
 	register(Provider{
-		Type: ProviderMailgun,
-		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(keys *signature.Keyring, tolerance time.Duration) opener {
-			return &mailgunVerifier{keys: keys, tolerance: tolerance}
-		}),
+		Type:     ProviderMailgun,
+		Verifier: hmacKeyringVerifier(sha256.New, v1alpha1.KeyRaw, func(k endpointKeys) opener { return &mailgunVerifier{k} }),
 		Preset: Preset{
 			// The token is the only signed value that identifies a delivery; event-data,
 			// its id included, is not signed.
@@ -56,7 +50,6 @@ func init() {
 				"signature carries any `event-data` within the tolerance (as a duplicate of that delivery's token)",
 			Timestamp: "`signature.timestamp` (in the body)",
 			Key:       "the HTTP webhook signing key (raw)",
-			Source:    "[Mailgun](#mailgun)",
 		},
 	})
 }

@@ -40,7 +40,6 @@ func init() {
 			Signed:    "`ts`, `:` and the body",
 			Timestamp: "`ts`",
 			Key:       "the notification destination's secret key (`pdl_ntfset_…`), used whole (raw)",
-			Source:    "[Paddle](#paddle)",
 		},
 	}))
 }

@@ -35,7 +35,6 @@ func init() {
 		Doc: Doc{
 			Signed: "the body",
 			Key:    "the webhook subscription's secret (raw)",
-			Source: "[PagerDuty](#pagerduty)",
 		},
 	}))
 }

@@ -23,8 +23,7 @@ func init() {
 		},
 		Sample: paystackSample,
 		Doc: Doc{
-			Key:    "the secret key (`sk_live_…` / `sk_test_…`, raw)",
-			Source: "[Paystack](#paystack)",
+			Key: "the secret key (`sk_live_…` / `sk_test_…`, raw)",
 		},
 	}))
 }

@@ -17,6 +17,7 @@ import (
 	"hash"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
@@ -104,7 +105,8 @@ type Doc struct {
 	Handshake string
 	// Key says how the Secret stores the key.
 	Key string
-	// Source is where the scheme is documented.
+	// Source is where the scheme is documented; register makes it the provider's own
+	// section of docs/providers.md, "## <Type>", when it is left empty.
 	Source string
 }
 
@@ -114,6 +116,9 @@ var registry = map[v1alpha1.ProviderType]*Provider{}
 func register(p Provider) {
 	if _, dup := registry[p.Type]; dup {
 		panic(fmt.Sprintf("provider %s registered twice", p.Type))
+	}
+	if p.Doc.Source == "" {
+		p.Doc.Source = fmt.Sprintf("[%s](#%s)", p.Type, strings.ToLower(string(p.Type)))
 	}
 	if p.Scheme != nil && p.Scheme.Template.Uses(signature.PlaceholderURL) {
 		p.NeedsURL = true

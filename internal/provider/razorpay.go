@@ -30,8 +30,7 @@ func init() {
 		},
 		Sample: razorpaySample,
 		Doc: Doc{
-			Key:    "the webhook secret set in the Dashboard (raw)",
-			Source: "[Razorpay](#razorpay)",
+			Key: "the webhook secret set in the Dashboard (raw)",
 		},
 	}))
 }

@@ -22,8 +22,7 @@ func init() {
 		},
 		Sample: resendSample,
 		Doc: Doc{
-			Key:    "the webhook's signing secret, `whsec_…`",
-			Source: "[Resend](#resend)",
+			Key: "the webhook's signing secret, `whsec_…`",
 		},
 	}))
 }

@@ -19,8 +19,7 @@ func init() {
 		},
 		Sample: shopifySample,
 		Doc: Doc{
-			Key:    "the app's client secret (raw)",
-			Source: "[Shopify](#shopify)",
+			Key: "the app's client secret (raw)",
 		},
 	}))
 }

@@ -25,7 +25,6 @@ func init() {
 		Doc: Doc{
 			Handshake: "`url_verification`: the `challenge` is echoed",
 			Key:       "the app's signing secret (raw)",
-			Source:    "[Slack](#slack)",
 		},
 	}))
 }

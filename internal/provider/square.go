@@ -35,7 +35,6 @@ func init() {
 		Doc: Doc{
 			Signed: "`spec.provider.signedURL` (the notification URL) and the body",
 			Key:    "the subscription's signature key (raw)",
-			Source: "[Square](#square)",
 		},
 	}))
 }

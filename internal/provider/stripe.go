@@ -18,8 +18,7 @@ func init() {
 		Refetch: true,
 		Sample:  stripeSample,
 		Doc: Doc{
-			Key:    "`whsec_…` as shown, used whole",
-			Source: "[Stripe](#stripe)",
+			Key: "`whsec_…` as shown, used whole",
 		},
 	}))
 }

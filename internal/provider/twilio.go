@@ -79,8 +79,7 @@ func init() {
 			Scheme: "HMAC-SHA1 base64 in `X-Twilio-Signature`",
 			Signed: "`spec.provider.signedURL` and every form field (names and values, sorted by name, without separators: " +
 				"the boundaries between fields are not signed); for a JSON body the URL with `bodySHA256` (the SHA-256 of the raw body) appended",
-			Key:    "the account's Auth Token (raw)",
-			Source: "[Twilio](#twilio)",
+			Key: "the account's Auth Token (raw)",
 		},
 	})
 }

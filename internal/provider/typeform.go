@@ -20,8 +20,7 @@ func init() {
 		},
 		Sample: typeformSample,
 		Doc: Doc{
-			Key:    "the webhook's `secret` (raw)",
-			Source: "[Typeform](#typeform)",
+			Key: "the webhook's `secret` (raw)",
 		},
 	}))
 }

@@ -20,8 +20,7 @@ func init() {
 		},
 		Sample: vercelSample,
 		Doc: Doc{
-			Key:    "the webhook's secret, or the integration's client secret (raw)",
-			Source: "[Vercel](#vercel)",
+			Key: "the webhook's secret, or the integration's client secret (raw)",
 		},
 	}))
 }

@@ -26,16 +26,23 @@ func (v verifierOf) Verify(req signature.Request) error {
 	return err
 }
 
+// endpointKeys is what such an opener checks a request with: the keyring of the
+// endpoint's secrets and the endpoint's signed-timestamp tolerance.
+type endpointKeys struct {
+	keys      *signature.Keyring
+	tolerance time.Duration
+}
+
 // hmacKeyringVerifier is the Provider.Verifier of a provider whose own opener checks
 // HMACs under newHash with the keyring of the endpoint's secrets (keys encoded as enc):
 // it builds that keyring and hands it, with the endpoint's tolerance, to newOpener.
-func hmacKeyringVerifier(newHash func() hash.Hash, enc v1alpha1.KeyEncoding, newOpener func(keys *signature.Keyring, tolerance time.Duration) opener) func(v1alpha1.ProviderSpec, []signature.Secret, time.Duration) (signature.Verifier, error) {
+func hmacKeyringVerifier(newHash func() hash.Hash, enc v1alpha1.KeyEncoding, newOpener func(endpointKeys) opener) func(v1alpha1.ProviderSpec, []signature.Secret, time.Duration) (signature.Verifier, error) {
 	return func(_ v1alpha1.ProviderSpec, secrets []signature.Secret, tolerance time.Duration) (signature.Verifier, error) {
 		keys, err := signature.NewHMACKeyring(newHash, enc, secrets)
 		if err != nil {
 			return nil, err
 		}
-		return verifierOf{newOpener(keys, tolerance)}, nil
+		return verifierOf{newOpener(endpointKeys{keys: keys, tolerance: tolerance})}, nil
 	}
 }
 

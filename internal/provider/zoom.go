@@ -40,7 +40,6 @@ func init() {
 		Doc: Doc{
 			Handshake: "`endpoint.url_validation`: answers `plainToken` and `encryptedToken` (HMAC-SHA256 of it, hex)",
 			Key:       "the event subscription's Secret Token (raw)",
-			Source:    "[Zoom](#zoom)",
 		},
 	}))
 }
