@@ -15,8 +15,11 @@ import (
 // cannot drift from it. The families that sign the same content also fill in
 // Doc.Signed and Doc.Timestamp; the presets, sample, key and source stay p's own.
 
-// fixedHMAC completes p with scheme s under HMAC-alg.
+// fixedHMAC completes p with scheme s under HMAC-alg. What it sets, p leaves empty.
 func fixedHMAC(alg v1alpha1.HMACAlgorithm, s *signature.Scheme, p Provider) Provider {
+	if p.Scheme != nil || p.Hash != nil || p.KeyEncoding != "" || p.Doc.Scheme != "" {
+		panic(fmt.Sprintf("provider %s: Scheme, Hash, KeyEncoding and Doc.Scheme come from its scheme", p.Type))
+	}
 	p.Scheme, p.Hash, p.KeyEncoding = s, hashes[alg], v1alpha1.KeyRaw
 	p.Doc.Scheme = fmt.Sprintf("HMAC-%s %s in %s", alg, strings.ToLower(string(s.Encoding)), signatureForm(s))
 	return p
@@ -39,13 +42,20 @@ func signatureForm(s *signature.Scheme) string {
 	return "`" + header + "`"
 }
 
+// signedDoc sets the docs of what p's scheme family signs, which p leaves empty.
+func signedDoc(p Provider, signed, timestamp string) Provider {
+	if p.Doc.Signed != "" || p.Doc.Timestamp != "" {
+		panic(fmt.Sprintf("provider %s: Doc.Signed and Doc.Timestamp come from its scheme", p.Type))
+	}
+	p.Doc.Signed, p.Doc.Timestamp = signed, timestamp
+	return p
+}
+
 // bodyHMAC completes p, a provider that signs the raw body alone (no timestamp, no
 // header) with HMAC-alg and sends one MAC, encoded as enc, in header after prefix (""
 // when there is none).
 func bodyHMAC(alg v1alpha1.HMACAlgorithm, header, prefix string, enc v1alpha1.SignatureEncoding, p Provider) Provider {
-	p = fixedHMAC(alg, bodyScheme(header, prefix, enc), p)
-	p.Doc.Signed = "the body"
-	return p
+	return signedDoc(fixedHMAC(alg, bodyScheme(header, prefix, enc), p), "the body", "")
 }
 
 // bodyScheme is the scheme of a provider that signs the raw body alone: one MAC, encoded
@@ -68,8 +78,7 @@ func stripeStyle(header string, p Provider) Provider {
 		Encoding:   v1alpha1.EncodingHex,
 		Template:   signature.MustTemplate("{timestamp}.{body}"),
 	}, p)
-	p.Doc.Signed, p.Doc.Timestamp = "`t`, `.` and the body", "`t`"
-	return p
+	return signedDoc(p, "`t`, `.` and the body", "`t`")
 }
 
 // slackStyle completes p, a provider that signs as Slack does (Zoom does so under its
@@ -82,6 +91,5 @@ func slackStyle(sigHeader, tsHeader string, p Provider) Provider {
 		Encoding:   v1alpha1.EncodingHex,
 		Template:   signature.MustTemplate("v0:{timestamp}:{body}"),
 	}, p)
-	p.Doc.Signed, p.Doc.Timestamp = "`v0:`, `"+tsHeader+"` and the body", "`"+tsHeader+"`"
-	return p
+	return signedDoc(p, "`v0:`, `"+tsHeader+"` and the body", "`"+tsHeader+"`")
 }
