@@ -26,8 +26,6 @@ func init() {
 			OccurredAt: `body.pullrequest.updated_on`,
 		},
 		Sample: repositorySample("X-Event-Key", "X-Request-UUID"),
-		Doc: Doc{
-			Key: "the webhook's secret (raw)",
-		},
+		Doc:    Doc{Key: "the webhook's secret (raw)"},
 	}))
 }

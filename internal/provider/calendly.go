@@ -27,9 +27,7 @@ func init() {
 			OccurredAt: `body.created_at`,
 		},
 		Sample: calendlySample,
-		Doc: Doc{
-			Key: "the webhook signing key (raw)",
-		},
+		Doc:    Doc{Key: "the webhook signing key (raw)"},
 	}))
 }
 

@@ -21,9 +21,7 @@ func init() {
 			OccurredAt: `int(body.timestamp) / 1000`,
 		},
 		Sample: clerkSample,
-		Doc: Doc{
-			Key: "the endpoint's signing secret, `whsec_…`",
-		},
+		Doc:    Doc{Key: "the endpoint's signing secret, `whsec_…`"},
 	}))
 }
 

@@ -17,8 +17,6 @@ func init() {
 				`has(body.issue) ? body.issue.html_url : body.repository.full_name`,
 		},
 		Sample: repositorySample("X-GitHub-Event", "X-GitHub-Delivery"),
-		Doc: Doc{
-			Key: "the webhook secret (raw)",
-		},
+		Doc:    Doc{Key: "the webhook secret (raw)"},
 	}))
 }

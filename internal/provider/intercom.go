@@ -19,9 +19,7 @@ func init() {
 			OccurredAt: `body.created_at`,
 		},
 		Sample: intercomSample,
-		Doc: Doc{
-			Key: "the app's client secret (raw)",
-		},
+		Doc:    Doc{Key: "the app's client secret (raw)"},
 	}))
 }
 

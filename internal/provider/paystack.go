@@ -22,9 +22,7 @@ func init() {
 			OccurredAt: `has(body.data.paid_at) && body.data.paid_at != null ? body.data.paid_at : body.data.created_at`,
 		},
 		Sample: paystackSample,
-		Doc: Doc{
-			Key: "the secret key (`sk_live_…` / `sk_test_…`, raw)",
-		},
+		Doc:    Doc{Key: "the secret key (`sk_live_…` / `sk_test_…`, raw)"},
 	}))
 }
 

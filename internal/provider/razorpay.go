@@ -29,9 +29,7 @@ func init() {
 			OccurredAt: `body.created_at`,
 		},
 		Sample: razorpaySample,
-		Doc: Doc{
-			Key: "the webhook secret set in the Dashboard (raw)",
-		},
+		Doc:    Doc{Key: "the webhook secret set in the Dashboard (raw)"},
 	}))
 }
 

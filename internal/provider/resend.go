@@ -21,9 +21,7 @@ func init() {
 			OccurredAt: `body.created_at`,
 		},
 		Sample: resendSample,
-		Doc: Doc{
-			Key: "the webhook's signing secret, `whsec_…`",
-		},
+		Doc:    Doc{Key: "the webhook's signing secret, `whsec_…`"},
 	}))
 }
 

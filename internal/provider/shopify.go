@@ -18,9 +18,7 @@ func init() {
 			OccurredAt: `has(body.updated_at) ? body.updated_at : body.created_at`,
 		},
 		Sample: shopifySample,
-		Doc: Doc{
-			Key: "the app's client secret (raw)",
-		},
+		Doc:    Doc{Key: "the app's client secret (raw)"},
 	}))
 }
 

@@ -17,9 +17,7 @@ func init() {
 		},
 		Refetch: true,
 		Sample:  stripeSample,
-		Doc: Doc{
-			Key: "`whsec_…` as shown, used whole",
-		},
+		Doc:     Doc{Key: "`whsec_…` as shown, used whole"},
 	}))
 }
 

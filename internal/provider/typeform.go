@@ -19,9 +19,7 @@ func init() {
 			OccurredAt: `body.form_response.submitted_at`,
 		},
 		Sample: typeformSample,
-		Doc: Doc{
-			Key: "the webhook's `secret` (raw)",
-		},
+		Doc:    Doc{Key: "the webhook's `secret` (raw)"},
 	}))
 }
 

@@ -19,9 +19,7 @@ func init() {
 			OccurredAt: `int(body.createdAt) / 1000`,
 		},
 		Sample: vercelSample,
-		Doc: Doc{
-			Key: "the webhook's secret, or the integration's client secret (raw)",
-		},
+		Doc:    Doc{Key: "the webhook's secret, or the integration's client secret (raw)"},
 	}))
 }
 
