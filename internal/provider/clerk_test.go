@@ -1,39 +1,12 @@
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-func init() {
-	customSigners[ProviderClerk] = svixSigner(ProviderClerk)
-}
-
-// svixSigner signs the way Svix delivers for Clerk and Resend: HMAC-SHA256 of
-// `{svix-id}.{svix-timestamp}.{body}` under the bytes of a whsec_ key, base64 in a `v1,`
-// entry of svix-signature. Written with crypto/hmac, apart from the verifier.
-func svixSigner(typ v1alpha1.ProviderType) testSigner {
-	return func(t testing.TB, body []byte, now time.Time) signed {
-		ts := strconv.FormatInt(now.Unix(), 10)
-		mac := oracleMAC(sha256.New, []byte(fuzzHMACKey), fuzzID+"."+ts+".", string(body))
-		h := http.Header{}
-		h.Set("svix-id", fuzzID)
-		h.Set("svix-timestamp", ts)
-		h.Set("svix-signature", "v1,"+base64.StdEncoding.EncodeToString(mac))
-		return signed{
-			spec:   v1alpha1.ProviderSpec{Type: typ},
-			secret: encodeKey(t, v1alpha1.KeyWhsec, []byte(fuzzHMACKey)),
-			req:    signature.Request{Header: h, Body: body, Method: http.MethodPost, Now: now},
-		}
-	}
-}
 
 func TestClerkPresets(t *testing.T) {
 	v := vectorNamed(t, "clerk-svix-go")

@@ -1,28 +1,12 @@
 package provider
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-func init() {
-	// GitLab "signs" by sending the token itself.
-	customSigners[ProviderGitLab] = func(_ testing.TB, body []byte, now time.Time) signed {
-		h := http.Header{}
-		h.Set(HeaderGitLabToken, fuzzHMACKey)
-		h.Set("X-Gitlab-Event", "Merge Request Hook")
-		return signed{
-			spec:   v1alpha1.ProviderSpec{Type: ProviderGitLab},
-			secret: fuzzHMACKey,
-			req:    signature.Request{Header: h, Body: body, Method: http.MethodPost, Now: now},
-		}
-	}
-}
 
 func TestGitLabToken(t *testing.T) {
 	v := vectorNamed(t, "gitlab-token")

@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -14,34 +12,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-// mailgunSign is Mailgun's signature, with crypto/hmac directly: hex HMAC-SHA256 of
-// timestamp and token concatenated.
-func mailgunSign(key, timestamp, token string) string {
-	return hex.EncodeToString(oracleMAC(sha256.New, []byte(key), timestamp, token))
-}
-
-// mailgunBody writes a webhook body around a signature object.
-func mailgunBody(timestamp, token, sig, eventData string) string {
-	return `{"signature":{"timestamp":"` + timestamp + `","token":"` + token + `","signature":"` + sig + `"},"event-data":` + eventData + `}`
-}
-
-func init() {
-	// Mailgun signs the timestamp and the token, not event-data, so a fuzz body placed in
-	// event-data would not be covered and changing it could not fail. The fuzz bytes are
-	// made the token instead, hex-encoded (a JSON escape could spell one token two ways);
-	// every other byte of the body is JSON structure, the signed timestamp, the
-	// signature, or the key of a required member, so changing any byte must fail.
-	customSigners[ProviderMailgun] = func(t testing.TB, body []byte, now time.Time) signed {
-		ts := strconv.FormatInt(now.Unix(), 10)
-		token := hex.EncodeToString(body)
-		req := signature.Request{
-			Header: http.Header{}, Method: http.MethodPost, Now: now,
-			Body: []byte(mailgunBody(ts, token, mailgunSign(fuzzHMACKey, ts, token), `{}`)),
-		}
-		return signed{spec: v1alpha1.ProviderSpec{Type: ProviderMailgun}, secret: fuzzHMACKey, req: req}
-	}
-}
 
 // mailgunVectors are the SDK-checked vectors of testdata/providers/mailgun.json. They
 // are not in testdata/providers/ because the generic vector suite (vectors_test.go)

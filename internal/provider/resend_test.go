@@ -5,10 +5,6 @@ import (
 	"time"
 )
 
-func init() {
-	customSigners[ProviderResend] = svixSigner(ProviderResend)
-}
-
 func TestResendPresets(t *testing.T) {
 	v := vectorNamed(t, "resend-svix-go")
 	expectPresetValues(t, presetValuesOf(t, vectorSigned(v), nil), presetValues{

@@ -1,11 +1,6 @@
 package provider
 
 import (
-	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/base64"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,26 +8,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-func init() {
-	// Bodies of odd length are signed asymmetrically (v1a, Ed25519, a whpk_ key), the
-	// others symmetrically (v1, HMAC-SHA256, a whsec_ key).
-	customSigners[v1alpha1.ProviderStandardWebhooks] = func(t testing.TB, body []byte, now time.Time) signed {
-		ts := strconv.FormatInt(now.Unix(), 10)
-		msg := []byte(fuzzID + "." + ts + "." + string(body))
-		req := signature.Request{Header: http.Header{}, Body: body, Method: http.MethodPost, Now: now}
-		req.Header.Set(HeaderWebhookID, fuzzID)
-		req.Header.Set(HeaderWebhookTimestamp, ts)
-		spec := v1alpha1.ProviderSpec{Type: v1alpha1.ProviderStandardWebhooks}
-		if len(body)%2 == 1 {
-			private := ed25519.NewKeyFromSeed(fuzzSeed)
-			req.Header.Set(HeaderWebhookSignature, "v1,bm90IHRoaXMgb25l v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(private, msg)))
-			return signed{spec: spec, secret: encodePublicKey(t, v1alpha1.PublicKeyWhpk, private.Public().(ed25519.PublicKey)), req: req}
-		}
-		req.Header.Set(HeaderWebhookSignature, "v1a,bm90IHRoaXMgb25l v1,"+base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, []byte(fuzzHMACKey), string(msg))))
-		return signed{spec: spec, secret: encodeKey(t, v1alpha1.KeyWhsec, []byte(fuzzHMACKey)), req: req}
-	}
-}
 
 // TestStandardWebhooksKeysOfBothKinds verifies v1 and v1a signatures with an endpoint
 // that holds a whsec_ secret and a whpk_ public key, as during a move from symmetric to

@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"testing"
 	"time"
@@ -17,11 +15,6 @@ const (
 	twitchTimestampHeader = "Twitch-Eventsub-Message-Timestamp"
 	twitchSignatureHeader = "Twitch-Eventsub-Message-Signature"
 )
-
-// twitchSign signs id + timestamp + body the way Twitch does, with crypto/hmac.
-func twitchSign(secret, id, timestamp string, body []byte) string {
-	return "sha256=" + hex.EncodeToString(oracleMAC(sha256.New, []byte(secret), id+timestamp, string(body)))
-}
 
 func TestTwitchEventSubChallenge(t *testing.T) {
 	p, _ := Lookup(ProviderTwitchEventSub)
