@@ -3,7 +3,6 @@ package provider
 import (
 	"crypto/hmac"
 	"hash"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -305,34 +304,4 @@ func expectSpecTolerance(t *testing.T, v vector, signedAt time.Time, d time.Dura
 	expectReason(t, narrow.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 	req.Now = signedAt.Add(d)
 	expectReason(t, narrow.Verify(req), "", v)
-}
-
-// expectAnswered returns the provider's answer to a verified handshake request; what
-// names the request.
-func expectAnswered(t *testing.T, p *Provider, verified *signature.Verified, what string) Response {
-	t.Helper()
-	res, ok := p.Handshake(verified, http.Header{})
-	if !ok {
-		t.Fatalf("a verified %s was not answered", what)
-	}
-	return res
-}
-
-// expectForgeriesUnanswered changes the vector's handshake request with each forgery and
-// checks that it does not verify, and that Handshake would not answer what Open returned
-// (the receiver answers 401 on the error); what names the handshake request.
-func expectForgeriesUnanswered(t *testing.T, p *Provider, v vector, what string, forgeries map[string]func(*signature.Request)) {
-	t.Helper()
-	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
-	for name, forge := range forgeries {
-		req := v.request()
-		forge(&req)
-		verified, err := verifier.Open(req)
-		if err == nil {
-			t.Fatalf("%s: the %s verified", name, what)
-		}
-		if _, ok := p.Handshake(verified, http.Header{}); ok {
-			t.Fatalf("%s: Handshake answered an unverified %s", name, what)
-		}
-	}
 }

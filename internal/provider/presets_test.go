@@ -155,3 +155,54 @@ func TestResendPresets(t *testing.T) {
 		OccurredAt: presetPtr(now),
 	})
 }
+
+// TestDiscordPresets: the other shapes of Discord's events (the signed vector's event is
+// a row of TestPresetsOverVectors).
+func TestDiscordPresets(t *testing.T) {
+	p, _ := Lookup(ProviderDiscord)
+	digest := map[string]string{signature.SignedDigest: "sha256:00"}
+	entitlement := evaluatePresets(t, p, []byte(`{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_CREATE","timestamp":"2024-10-18T18:41:21.109604+00:00","data":{"id":"1234505980407808808","user_id":"111178765189277770","sku_id":"1"}}}`), nil, digest)
+	if got := presetString(t, entitlement, "entityKey"); got != "111178765189277770" {
+		t.Errorf("entitlement entityKey %q", got)
+	}
+	if got := presetTime(t, entitlement, "occurredAt"); !got.Equal(time.Date(2024, 10, 18, 18, 41, 21, 109604000, time.UTC)) {
+		t.Errorf("an offset timestamp: %s", got)
+	}
+	message := evaluatePresets(t, p, []byte(`{"version":1,"application_id":"1","type":1,"event":{"type":"LOBBY_MESSAGE_DELETE","timestamp":"2025-08-05T21:44:09.412957","data":{"id":"1402406637632884857","lobby_id":"1402399883394285659"}}}`), nil, digest)
+	if got := presetString(t, message, "entityKey"); got != "1402406637632884857" {
+		t.Errorf("message entityKey %q", got)
+	}
+}
+
+// TestZoomPresets: the signed timestamp reaches the presets, and a user event's entity
+// (the signed vector's event is a row of TestPresetsOverVectors).
+func TestZoomPresets(t *testing.T) {
+	p, _ := Lookup(ProviderZoom)
+	_, verified := presetsOfSigned(t, vectorSigned(vectorNamed(t, "zoom-computed")), nil)
+	if _, ok := verified.Signed()[signature.SignedTimestamp]; !ok {
+		t.Error("the signed timestamp is not in signed")
+	}
+
+	// A user event has no uuid: the entity is the object id.
+	user := evaluatePresets(t, p, []byte(`{"event":"user.updated","event_ts":1767225599000,"payload":{"account_id":"A","object":{"id":"KDcuGIm1QgePTO8WbOqwIQ"}}}`), nil,
+		map[string]string{signature.SignedDigest: "sha256:00"})
+	if got := presetString(t, user, "entityKey"); got != "KDcuGIm1QgePTO8WbOqwIQ" {
+		t.Errorf("user entityKey %q", got)
+	}
+}
+
+// TestTwitchEventSubPresets: a revocation without a broadcaster (the vectors' events are
+// rows of TestPresetsOverVectors).
+func TestTwitchEventSubPresets(t *testing.T) {
+	p, _ := Lookup(ProviderTwitchEventSub)
+	// A subscription without a broadcaster (user.update) is its own entity.
+	vals := evaluatePresets(t, p,
+		[]byte(`{"subscription":{"id":"sub-1","status":"user_removed","type":"user.update","condition":{"user_id":"42"}}}`), nil,
+		map[string]string{signature.SignedID: "m-1", signature.SignedTimestamp: "1767225600"})
+	if got := presetString(t, vals, "entityKey"); got != "sub-1" {
+		t.Errorf("entityKey %q", got)
+	}
+	if got := presetString(t, vals, "type"); got != "revocation.user_removed" {
+		t.Errorf("type %q", got)
+	}
+}

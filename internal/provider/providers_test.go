@@ -195,6 +195,48 @@ func TestStandardWebhooksKeysOfBothKinds(t *testing.T) {
 	}
 }
 
+// TestTwitchEventSubTimestampAsSent covers what the generic vector suite does for Unix
+// timestamps: the RFC 3339 header is signed as sent, so the same instant written
+// otherwise, or one nanosecond later, does not verify; and it bounds replays.
+func TestTwitchEventSubTimestampAsSent(t *testing.T) {
+	v := vectorNamed(t, "twitcheventsub-notification-computed")
+	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
+	for _, ts := range []string{
+		"2026-01-01T00:00:00.123456790Z",      // one nanosecond later
+		"2026-01-01T00:00:00.1234567890Z",     // the same instant, another spelling
+		"2026-01-01T00:00:00.123456789+00:00", // the same instant, another zone form
+	} {
+		req := v.request()
+		req.Header.Set(twitchTimestampHeader, ts)
+		if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMismatch {
+			t.Errorf("timestamp %s: want mismatch, got %q", ts, got)
+		}
+	}
+	signedAt := time.Date(2026, 1, 1, 0, 0, 0, 123456789, time.UTC)
+	expectTolerance(t, verifier, v, []toleranceCase{
+		{"at the signed time", signedAt, ""},
+		{"at the edge of the tolerance", signedAt.Add(5 * time.Minute), ""},
+		{"just past it", signedAt.Add(5*time.Minute + time.Nanosecond), signature.ReasonTimestampOutOfTolerance},
+		{"before a future timestamp's tolerance", signedAt.Add(-5*time.Minute - time.Nanosecond), signature.ReasonTimestampOutOfTolerance},
+	})
+	// Twitch's own advice is ten minutes; spec.provider.tolerance allows it.
+	spec := v.spec()
+	spec.Tolerance = &metav1.Duration{Duration: 10 * time.Minute}
+	req := v.request()
+	req.Now = signedAt.Add(9 * time.Minute)
+	if err := mustNew(t, spec, signature.Secret{Value: v.Secret}).Verify(req); err != nil {
+		t.Errorf("within a 10m tolerance: %v", err)
+	}
+	for _, bad := range []string{"2026-01-01 00:00:00Z", "1767225600", "2026-01-01T00:00:00"} {
+		req := v.request()
+		req.Header.Set(twitchTimestampHeader, bad)
+		req.Header.Set(twitchSignatureHeader, twitchSign(v.Secret, req.Header.Get(twitchIDHeader), bad, req.Body))
+		if got := signature.ReasonOf(verifier.Verify(req)); got != signature.ReasonMalformedHeader {
+			t.Errorf("timestamp %q: want malformed_header, got %q", bad, got)
+		}
+	}
+}
+
 // TestSignaturePrefixes: a signature header's prefix names its scheme; GitHub's and
 // Intercom's (`sha1=<hex>`) must be there as sent, Slack's may carry spaces around it.
 func TestSignaturePrefixes(t *testing.T) {

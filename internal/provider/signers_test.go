@@ -116,7 +116,7 @@ func signerFor(t testing.TB, p *Provider) testSigner {
 		}
 		pubEnc = spec.Ed25519.KeyEncoding
 	default:
-		t.Fatalf("provider %s has neither a fixed scheme nor a test signer in its _test.go file", p.Type)
+		t.Fatalf("provider %s has neither a fixed scheme nor a test signer in customSigners", p.Type)
 	}
 	scheme.URL = spec.SignedURL
 	return func(t testing.TB, body []byte, now time.Time) signed {
@@ -394,6 +394,12 @@ func signTwilio(_ testing.TB, body []byte, now time.Time) signed {
 	h.Set(HeaderTwilioSignature, sig)
 	return signed{spec: spec, secret: fuzzHMACKey, req: postRequest(h, body, now)}
 }
+
+const (
+	twitchIDHeader        = "Twitch-Eventsub-Message-Id"
+	twitchTimestampHeader = "Twitch-Eventsub-Message-Timestamp"
+	twitchSignatureHeader = "Twitch-Eventsub-Message-Signature"
+)
 
 // twitchSign signs id + timestamp + body the way Twitch does.
 func twitchSign(secret, id, timestamp string, body []byte) string {

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -307,6 +309,26 @@ func (v vector) timestampFormat() v1alpha1.TimestampFormat {
 func forEachVector(t *testing.T, fn func(t *testing.T, v vector)) {
 	for _, v := range loadVectors(t) {
 		t.Run(v.Name, func(t *testing.T) { fn(t, v) })
+	}
+}
+
+// discordVectorSeed is the Ed25519 seed the discord-*-computed vectors were signed with
+// (with openssl; see their source). This test re-derives their public key with
+// crypto/ed25519, so the vectors agree with two implementations.
+const discordVectorSeed = "hookkeeper discord vector seed!!"
+
+func TestDiscordVectorKey(t *testing.T) {
+	private := ed25519.NewKeyFromSeed([]byte(discordVectorSeed))
+	public := hex.EncodeToString(private.Public().(ed25519.PublicKey))
+	for _, name := range []string{"discord-event-computed", "discord-ping-computed"} {
+		v := vectorNamed(t, name)
+		if v.Secret != public {
+			t.Fatalf("%s: public key %s, the seed gives %s", name, v.Secret, public)
+		}
+		sig := hex.EncodeToString(ed25519.Sign(private, []byte(v.Headers["X-Signature-Timestamp"]+v.Body)))
+		if sig != v.Headers["X-Signature-Ed25519"] {
+			t.Fatalf("%s: crypto/ed25519 signs %s, the vector has %s", name, sig, v.Headers["X-Signature-Ed25519"])
+		}
 	}
 }
 
