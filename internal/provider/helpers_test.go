@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"crypto/hmac"
-	"hash"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
 // Helpers the providers' _test.go files share: opening a vector or a signed request, and
@@ -53,13 +52,7 @@ func oneDocument(t *testing.T, verified *signature.Verified) []byte {
 
 // oracleMAC is the HMAC of the concatenated parts under key, computed with crypto/hmac
 // directly, apart from the verifiers: the tests sign requests with it.
-func oracleMAC(newHash func() hash.Hash, key []byte, parts ...string) []byte {
-	m := hmac.New(newHash, key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-	}
-	return m.Sum(nil)
-}
+var oracleMAC = sigtest.MAC
 
 // presetResult is what one preset expression evaluated to, or why it did not.
 type presetResult struct {
