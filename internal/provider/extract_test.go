@@ -18,6 +18,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/event"
 	"github.com/hookkeeper/hookkeeper/internal/provider"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
 // The provider_test package: the providers' tests that run a request through the
@@ -69,23 +70,18 @@ func (r presetRequest) extract(t *testing.T) event.Event {
 	return evs[0]
 }
 
-// assertPresetEvent compares what the presets read with want; a zero want.OccurredAt or
-// want.Amount means none.
+// assertPresetEvent compares what the presets read with want, as the package's tests
+// compare presets (expectPresetValues); a nil want.OccurredAt or want.Amount means none.
 func assertPresetEvent(t *testing.T, got, want event.Event) {
 	t.Helper()
-	if got.ID != want.ID || got.Type != want.Type || got.EntityKey != want.EntityKey {
-		t.Errorf("id/type/entityKey = %q/%q/%q, want %q/%q/%q", got.ID, got.Type, got.EntityKey, want.ID, want.Type, want.EntityKey)
+	values := func(e event.Event) provider.PresetValues {
+		return provider.PresetValues{ID: e.ID, Type: e.Type, EntityKey: e.EntityKey, Amount: e.Amount, OccurredAt: e.OccurredAt}
 	}
-	if (got.Amount == nil) != (want.Amount == nil) || got.Amount != nil && *got.Amount != *want.Amount {
-		t.Errorf("amount = %v, want %v", got.Amount, want.Amount)
-	}
-	if (got.OccurredAt == nil) != (want.OccurredAt == nil) || got.OccurredAt != nil && !got.OccurredAt.Equal(*want.OccurredAt) {
-		t.Errorf("occurredAt = %v, want %v", got.OccurredAt, want.OccurredAt)
-	}
+	provider.ExpectPresetValues(t, values(got), values(want))
 }
 
-// presetHMAC is HMAC-SHA256 of msg under key (the package's oracleMAC).
-func presetHMAC(key, msg string) []byte { return provider.OracleMAC(sha256.New, []byte(key), msg) }
+// presetHMAC is HMAC-SHA256 of msg under key.
+func presetHMAC(key, msg string) []byte { return sigtest.MAC(sha256.New, []byte(key), msg) }
 
 func presetDigest(body string) string {
 	sum := sha256.Sum256([]byte(body))
