@@ -1,8 +1,8 @@
-// Package sigtest signs requests the way each provider does, for tests outside package
-// signature that need authentic requests (extraction, the receiver, fuzzing of whole
-// requests). It computes MACs with crypto/hmac directly, not through package signature,
-// so a test that verifies what sigtest signed checks two implementations against each
-// other. Production code never imports it.
+// Package sigtest signs requests the way each provider does, for tests that need
+// authentic requests (extraction, the receiver, fuzzing of whole requests, the
+// verifiers' own tests). It computes MACs with crypto/hmac directly, not through package
+// signature, so a test that verifies what sigtest signed checks two implementations
+// against each other. Production code never imports it.
 package sigtest
 
 import (
