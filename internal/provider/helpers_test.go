@@ -252,6 +252,25 @@ func presetDeref[T any](p *T) any {
 
 func presetPtr[T any](v T) *T { return &v }
 
+// headerCase is a value of one of a vector's headers, and the reason the request fails
+// with (empty for success).
+type headerCase struct {
+	name, value string
+	want        signature.Reason
+}
+
+// expectHeaderValues receives the vector's request with header set to each case's value.
+func expectHeaderValues(t *testing.T, verifier signature.Verifier, v vector, header string, cases []headerCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := v.request()
+			req.Header.Set(header, tc.value)
+			expectReason(t, verifier.Verify(req), tc.want, v)
+		})
+	}
+}
+
 // toleranceCase is a request of a vector received at now, and the reason it fails with
 // (empty for success).
 type toleranceCase struct {
