@@ -7,18 +7,19 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
 
-// bodyDigestID and signedDigestID stand in a presetCase for the id a provider without an
-// event id reads: the digest of the vector's signed body, or the signed digest (of the
-// signed text, where that is not the body).
+// bodyDigestID and signedDigestID stand in a row's want.ID for the id a provider without
+// an event id reads: the digest of the vector's signed body, or the signed digest (of
+// the signed text, where that is not the body).
 const (
 	bodyDigestID   = "(the digest of the signed body)"
 	signedDigestID = "(the signed digest)"
 )
 
-// TestPresetsOverVectors: what the presets of providers whose events are plain JSON
-// documents read from their vectors. replay are unsigned headers a replay may carry
-// with other values: they change nothing the presets read. idHeader names the signed
-// header of the vector whose value the id is.
+// TestPresetsOverVectors: what a provider's presets read from the one event of a
+// vector; what else a provider's presets read is in the provider's own tests below or in
+// its _test.go. replay are unsigned headers a replay may carry with other values: they
+// change nothing the presets read. idHeader names the signed header of the vector whose
+// value the id is.
 func TestPresetsOverVectors(t *testing.T) {
 	for _, tc := range []struct {
 		vector   string
