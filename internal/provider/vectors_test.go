@@ -217,17 +217,21 @@ func tamper(s string, i int) string {
 	return s[:i] + string(r) + s[i+1:]
 }
 
+// tamperBodyString changes the first symbol of the JSON string member that follows
+// marker in the body.
+func tamperBodyString(req *signature.Request, marker string) {
+	i, _ := bodyString(req.Body, marker)
+	req.Body = []byte(tamper(string(req.Body), i))
+}
+
 // tamperSignature changes the first symbol of the (first) signature the vector carries.
 func (v vector) tamperSignature(req *signature.Request) {
 	if v.isAdyenItemForm() {
-		const marker = `"hmacSignature":"`
-		i := strings.Index(string(req.Body), marker) + len(marker)
-		req.Body = []byte(tamper(string(req.Body), i))
+		tamperBodyString(req, `"hmacSignature":"`)
 		return
 	}
 	if v.isMailgun() {
-		i, _ := bodyString(req.Body, `"signature":"`)
-		req.Body = []byte(tamper(string(req.Body), i))
+		tamperBodyString(req, `"signature":"`)
 		return
 	}
 	value := req.Header.Get(v.SignatureHeader)
@@ -251,14 +255,11 @@ func (v vector) tamperSignature(req *signature.Request) {
 // event-data is not signed).
 func (v vector) tamperBody(req *signature.Request) {
 	if v.isMailgun() {
-		i, _ := bodyString(req.Body, `"token":"`)
-		req.Body = []byte(tamper(string(req.Body), i))
+		tamperBodyString(req, `"token":"`)
 		return
 	}
 	if v.isAdyenItemForm() {
-		const marker = `"pspReference":"`
-		i := strings.Index(string(req.Body), marker) + len(marker)
-		req.Body = []byte(tamper(string(req.Body), i))
+		tamperBodyString(req, `"pspReference":"`)
 		return
 	}
 	body := []byte(string(req.Body))
