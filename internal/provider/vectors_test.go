@@ -217,6 +217,19 @@ func tamper(s string, i int) string {
 	return s[:i] + string(r) + s[i+1:]
 }
 
+// inBody returns, for a vector whose signatures are in the body, the markers of the
+// body's JSON string members that hold the (first) signature and a value it signs;
+// empty for a signature in a header.
+func (v vector) inBody() (signatureMarker, signedMarker string) {
+	switch {
+	case v.isAdyenItemForm():
+		return `"hmacSignature":"`, `"pspReference":"`
+	case v.isMailgun():
+		return `"signature":"`, `"token":"`
+	}
+	return "", ""
+}
+
 // tamperBodyString changes the first symbol of the JSON string member that follows
 // marker in the body.
 func tamperBodyString(req *signature.Request, marker string) {
@@ -226,12 +239,8 @@ func tamperBodyString(req *signature.Request, marker string) {
 
 // tamperSignature changes the first symbol of the (first) signature the vector carries.
 func (v vector) tamperSignature(req *signature.Request) {
-	if v.isAdyenItemForm() {
-		tamperBodyString(req, `"hmacSignature":"`)
-		return
-	}
-	if v.isMailgun() {
-		tamperBodyString(req, `"signature":"`)
+	if marker, _ := v.inBody(); marker != "" {
+		tamperBodyString(req, marker)
 		return
 	}
 	value := req.Header.Get(v.SignatureHeader)
@@ -254,12 +263,8 @@ func (v vector) tamperSignature(req *signature.Request) {
 // tamperBody changes one byte the signature covers (for Mailgun, of the token: its
 // event-data is not signed).
 func (v vector) tamperBody(req *signature.Request) {
-	if v.isMailgun() {
-		tamperBodyString(req, `"token":"`)
-		return
-	}
-	if v.isAdyenItemForm() {
-		tamperBodyString(req, `"pspReference":"`)
+	if _, marker := v.inBody(); marker != "" {
+		tamperBodyString(req, marker)
 		return
 	}
 	body := []byte(string(req.Body))
