@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,11 +116,13 @@ func assertSampleValid(t *testing.T, name string) {
 	if endpoint == "" {
 		t.Fatalf("%s.yaml has no WebhookEndpoint", name)
 	}
-	path := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(path, []byte(endpoint), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	we, err := config.ReadManifest(path, func(string) string { return "" })
+	// Without a manifest file, ReadManifest reads the manifest from config.EnvEndpoint.
+	we, err := config.ReadManifest("", func(name string) string {
+		if name == config.EnvEndpoint {
+			return endpoint
+		}
+		return ""
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
