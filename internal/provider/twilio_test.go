@@ -27,7 +27,7 @@ func twilioVerifierAt(t *testing.T, signedURL string) signature.Verifier {
 func twilioRequest(body, sig string) signature.Request {
 	h := http.Header{}
 	h.Set(HeaderTwilioSignature, sig)
-	return signature.Request{Header: h, Body: []byte(body), Method: http.MethodPost, Now: time.Unix(1767225600, 0)}
+	return postRequest(h, []byte(body), time.Unix(1767225600, 0))
 }
 
 // twilioDocument opens req and returns its one document, failing the test unless it
