@@ -249,20 +249,6 @@ func TestAdyenNewerWebhookIsOneSignedEvent(t *testing.T) {
 	}
 }
 
-func init() {
-	// The round trip signs the whole body with the HmacSignature header; the item form
-	// is covered by the tests above.
-	customSigners[v1alpha1.ProviderAdyen] = func(t testing.TB, body []byte, now time.Time) signed {
-		key, err := hex.DecodeString(adyenKeyA)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := signature.Request{Header: http.Header{}, Body: body, Method: http.MethodPost, Now: now}
-		req.Header.Set(HeaderAdyenHmacSignature, base64.StdEncoding.EncodeToString(oracleMAC(sha256.New, key, string(body))))
-		return signed{spec: v1alpha1.ProviderSpec{Type: v1alpha1.ProviderAdyen}, secret: adyenKeyA, req: req}
-	}
-}
-
 // Adyen's signed text joins eight fields with ':' and escapes nothing: a captured item
 // re-split into other fields (pspReference "P:" and merchantReference "R") signs the
 // same text as the genuine one (pspReference "P", merchantReference ":R"), so it would

@@ -8,8 +8,10 @@ import "github.com/hookkeeper/hookkeeper/internal/signature"
 // VectorNamed is vectorNamed.
 var VectorNamed = vectorNamed
 
-// OracleMAC is oracleMAC.
-var OracleMAC = oracleMAC
+// PresetValues is presetValues, and ExpectPresetValues compares two of them.
+type PresetValues = presetValues
+
+var ExpectPresetValues = expectPresetValues
 
 // Request is the vector's request.
 func (v vector) Request() signature.Request { return v.request() }

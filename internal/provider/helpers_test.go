@@ -1,9 +1,6 @@
 package provider
 
 import (
-	"crypto/hmac"
-	"hash"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/expr"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
 // Helpers the providers' _test.go files share: opening a vector or a signed request, and
@@ -54,13 +52,7 @@ func oneDocument(t *testing.T, verified *signature.Verified) []byte {
 
 // oracleMAC is the HMAC of the concatenated parts under key, computed with crypto/hmac
 // directly, apart from the verifiers: the tests sign requests with it.
-func oracleMAC(newHash func() hash.Hash, key []byte, parts ...string) []byte {
-	m := hmac.New(newHash, key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-	}
-	return m.Sum(nil)
-}
+var oracleMAC = sigtest.MAC
 
 // presetResult is what one preset expression evaluated to, or why it did not.
 type presetResult struct {
@@ -260,6 +252,25 @@ func presetDeref[T any](p *T) any {
 
 func presetPtr[T any](v T) *T { return &v }
 
+// headerCase is a value of one of a vector's headers, and the reason the request fails
+// with (empty for success).
+type headerCase struct {
+	name, value string
+	want        signature.Reason
+}
+
+// expectHeaderValues receives the vector's request with header set to each case's value.
+func expectHeaderValues(t *testing.T, verifier signature.Verifier, v vector, header string, cases []headerCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := v.request()
+			req.Header.Set(header, tc.value)
+			expectReason(t, verifier.Verify(req), tc.want, v)
+		})
+	}
+}
+
 // toleranceCase is a request of a vector received at now, and the reason it fails with
 // (empty for success).
 type toleranceCase struct {
@@ -305,34 +316,4 @@ func expectSpecTolerance(t *testing.T, v vector, signedAt time.Time, d time.Dura
 	expectReason(t, narrow.Verify(req), signature.ReasonTimestampOutOfTolerance, v)
 	req.Now = signedAt.Add(d)
 	expectReason(t, narrow.Verify(req), "", v)
-}
-
-// expectAnswered returns the provider's answer to a verified handshake request; what
-// names the request.
-func expectAnswered(t *testing.T, p *Provider, verified *signature.Verified, what string) Response {
-	t.Helper()
-	res, ok := p.Handshake(verified, http.Header{})
-	if !ok {
-		t.Fatalf("a verified %s was not answered", what)
-	}
-	return res
-}
-
-// expectForgeriesUnanswered changes the vector's handshake request with each forgery and
-// checks that it does not verify, and that Handshake would not answer what Open returned
-// (the receiver answers 401 on the error); what names the handshake request.
-func expectForgeriesUnanswered(t *testing.T, p *Provider, v vector, what string, forgeries map[string]func(*signature.Request)) {
-	t.Helper()
-	verifier := mustNew(t, v.spec(), signature.Secret{Value: v.Secret})
-	for name, forge := range forgeries {
-		req := v.request()
-		forge(&req)
-		verified, err := verifier.Open(req)
-		if err == nil {
-			t.Fatalf("%s: the %s verified", name, what)
-		}
-		if _, ok := p.Handshake(verified, http.Header{}); ok {
-			t.Fatalf("%s: Handshake answered an unverified %s", name, what)
-		}
-	}
 }

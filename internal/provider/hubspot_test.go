@@ -1,10 +1,7 @@
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,27 +14,6 @@ const (
 	hubspotTestSecret = "6f1c3b9e-2d4a-4b8c-9e7f-0a1b2c3d4e5f"
 	hubspotTestURL    = "https://hooks.example.com/webhooks/hubspot"
 )
-
-// hubspotSign signs a request the way HubSpot's v3 signature does, with crypto/hmac:
-// method + URI + body + millisecond timestamp.
-func hubspotSign(secret, method, uri string, body []byte, now time.Time) signature.Request {
-	ts := strconv.FormatInt(now.UnixMilli(), 10)
-	mac := oracleMAC(sha256.New, []byte(secret), method+uri, string(body), ts)
-	req := signature.Request{Header: http.Header{}, Body: body, Method: method, Now: now}
-	req.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(mac))
-	req.Header.Set("X-HubSpot-Request-Timestamp", ts)
-	return req
-}
-
-func init() {
-	customSigners[ProviderHubSpot] = func(_ testing.TB, body []byte, now time.Time) signed {
-		return signed{
-			spec:   v1alpha1.ProviderSpec{Type: ProviderHubSpot, SignedURL: fuzzURL},
-			secret: fuzzHMACKey,
-			req:    hubspotSign(fuzzHMACKey, http.MethodPost, fuzzURL, body, now),
-		}
-	}
-}
 
 func hubspotVerifierFor(t *testing.T) signature.Verifier {
 	t.Helper()

@@ -1,46 +1,13 @@
 package provider
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/signature"
 )
-
-func init() {
-	// Linear's bodies always carry webhookTimestamp, and the verifier demands it, so the
-	// fuzz body travels inside a Linear-shaped envelope; any changed byte of that body
-	// must still fail the MAC.
-	customSigners[ProviderLinear] = func(t testing.TB, body []byte, now time.Time) signed {
-		inner, err := json.Marshal(string(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		envelope := []byte(`{"action":"create","type":"Issue","data":{"id":"fuzz","body":` + string(inner) +
-			`},"webhookTimestamp":` + strconv.FormatInt(now.UnixMilli(), 10) + `}`)
-		return signed{
-			spec:   v1alpha1.ProviderSpec{Type: ProviderLinear},
-			secret: fuzzHMACKey,
-			req:    linearRequest(fuzzHMACKey, envelope, now),
-		}
-	}
-}
-
-// linearRequest signs body as Linear does, with crypto/hmac apart from the verifier.
-func linearRequest(secret string, body []byte, now time.Time) signature.Request {
-	h := http.Header{}
-	h.Set(HeaderLinearSignature, hex.EncodeToString(oracleMAC(sha256.New, []byte(secret), string(body))))
-	h.Set("Linear-Delivery", "234d1a4e-b617-4388-90fe-adc3633d6b72")
-	h.Set("Linear-Event", "Issue")
-	return signature.Request{Header: h, Body: body, Method: http.MethodPost, Now: now}
-}
 
 func TestLinearPresets(t *testing.T) {
 	v := vectorNamed(t, "linear-sdk")

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -215,17 +217,30 @@ func tamper(s string, i int) string {
 	return s[:i] + string(r) + s[i+1:]
 }
 
+// inBody returns, for a vector whose signatures are in the body, the markers of the
+// body's JSON string members that hold the (first) signature and a value it signs;
+// empty for a signature in a header.
+func (v vector) inBody() (signatureMarker, signedMarker string) {
+	switch {
+	case v.isAdyenItemForm():
+		return `"hmacSignature":"`, `"pspReference":"`
+	case v.isMailgun():
+		return `"signature":"`, `"token":"`
+	}
+	return "", ""
+}
+
+// tamperBodyString changes the first symbol of the JSON string member that follows
+// marker in the body.
+func tamperBodyString(req *signature.Request, marker string) {
+	i, _ := bodyString(req.Body, marker)
+	req.Body = []byte(tamper(string(req.Body), i))
+}
+
 // tamperSignature changes the first symbol of the (first) signature the vector carries.
 func (v vector) tamperSignature(req *signature.Request) {
-	if v.isAdyenItemForm() {
-		const marker = `"hmacSignature":"`
-		i := strings.Index(string(req.Body), marker) + len(marker)
-		req.Body = []byte(tamper(string(req.Body), i))
-		return
-	}
-	if v.isMailgun() {
-		i, _ := bodyString(req.Body, `"signature":"`)
-		req.Body = []byte(tamper(string(req.Body), i))
+	if marker, _ := v.inBody(); marker != "" {
+		tamperBodyString(req, marker)
 		return
 	}
 	value := req.Header.Get(v.SignatureHeader)
@@ -248,15 +263,8 @@ func (v vector) tamperSignature(req *signature.Request) {
 // tamperBody changes one byte the signature covers (for Mailgun, of the token: its
 // event-data is not signed).
 func (v vector) tamperBody(req *signature.Request) {
-	if v.isMailgun() {
-		i, _ := bodyString(req.Body, `"token":"`)
-		req.Body = []byte(tamper(string(req.Body), i))
-		return
-	}
-	if v.isAdyenItemForm() {
-		const marker = `"pspReference":"`
-		i := strings.Index(string(req.Body), marker) + len(marker)
-		req.Body = []byte(tamper(string(req.Body), i))
+	if _, marker := v.inBody(); marker != "" {
+		tamperBodyString(req, marker)
 		return
 	}
 	body := []byte(string(req.Body))
@@ -307,6 +315,26 @@ func (v vector) timestampFormat() v1alpha1.TimestampFormat {
 func forEachVector(t *testing.T, fn func(t *testing.T, v vector)) {
 	for _, v := range loadVectors(t) {
 		t.Run(v.Name, func(t *testing.T) { fn(t, v) })
+	}
+}
+
+// discordVectorSeed is the Ed25519 seed the discord-*-computed vectors were signed with
+// (with openssl; see their source). This test re-derives their public key with
+// crypto/ed25519, so the vectors agree with two implementations.
+const discordVectorSeed = "hookkeeper discord vector seed!!"
+
+func TestDiscordVectorKey(t *testing.T) {
+	private := ed25519.NewKeyFromSeed([]byte(discordVectorSeed))
+	public := hex.EncodeToString(private.Public().(ed25519.PublicKey))
+	for _, name := range []string{"discord-event-computed", "discord-ping-computed"} {
+		v := vectorNamed(t, name)
+		if v.Secret != public {
+			t.Fatalf("%s: public key %s, the seed gives %s", name, v.Secret, public)
+		}
+		sig := hex.EncodeToString(ed25519.Sign(private, []byte(v.Headers["X-Signature-Timestamp"]+v.Body)))
+		if sig != v.Headers["X-Signature-Ed25519"] {
+			t.Fatalf("%s: crypto/ed25519 signs %s, the vector has %s", name, sig, v.Headers["X-Signature-Ed25519"])
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package signature
 
 import (
 	"crypto/ed25519"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
 var testNow = time.Unix(1767225600, 0)
@@ -35,10 +35,9 @@ func hmacVerifier(t *testing.T, scheme Scheme, secrets ...string) *SchemeVerifie
 	return v
 }
 
+// macHex is hex HMAC-SHA256 of msg under key, computed apart from the verifiers.
 func macHex(key, msg string) string {
-	m := hmac.New(sha256.New, []byte(key))
-	m.Write([]byte(msg))
-	return hex.EncodeToString(m.Sum(nil))
+	return hex.EncodeToString(sigtest.MAC(sha256.New, []byte(key), msg))
 }
 
 // A composite header carries its timestamp and several signatures; every malformed

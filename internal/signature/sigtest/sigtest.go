@@ -1,8 +1,8 @@
-// Package sigtest signs requests the way each provider does, for tests outside package
-// signature that need authentic requests (extraction, the receiver, fuzzing of whole
-// requests). It computes MACs with crypto/hmac directly, not through package signature,
-// so a test that verifies what sigtest signed checks two implementations against each
-// other. Production code never imports it.
+// Package sigtest signs requests the way each provider does, for tests that need
+// authentic requests (extraction, the receiver, fuzzing of whole requests, the
+// verifiers' own tests). It computes MACs with crypto/hmac directly, not through package
+// signature, so a test that verifies what sigtest signed checks two implementations
+// against each other. Production code never imports it.
 package sigtest
 
 import (
@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
@@ -64,13 +65,18 @@ func Secret(provider v1alpha1.ProviderType) string {
 	}
 }
 
-func mac(key []byte, parts ...string) []byte {
-	m := hmac.New(sha256.New, key)
+// MAC is the HMAC of the concatenated parts under key, with crypto/hmac directly: the
+// oracle tests sign with, apart from the verifiers.
+func MAC(newHash func() hash.Hash, key []byte, parts ...string) []byte {
+	m := hmac.New(newHash, key)
 	for _, p := range parts {
 		m.Write([]byte(p))
 	}
 	return m.Sum(nil)
 }
+
+// mac is MAC with SHA-256, the hash of every scheme sigtest signs.
+func mac(key []byte, parts ...string) []byte { return MAC(sha256.New, key, parts...) }
 
 // Headers returns the signature headers of body for provider at now, added to a copy
 // of extra. Standard Webhooks uses extra's webhook-id (or svix-id when extra carries
@@ -88,7 +94,7 @@ func Headers(tb testing.TB, provider v1alpha1.ProviderType, body []byte, now tim
 	case v1alpha1.ProviderStripe:
 		h.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac([]byte(StripeSecret), ts, ".", string(body))))
 	case v1alpha1.ProviderAdyen:
-		h.Set("HmacSignature", base64.StdEncoding.EncodeToString(mac(adyenKey(tb), string(body))))
+		h.Set("HmacSignature", base64.StdEncoding.EncodeToString(mac(decodeHexKey(tb, AdyenHexKey), string(body))))
 	case v1alpha1.ProviderGitHub:
 		h.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac(raw, string(body))))
 	case v1alpha1.ProviderShopify:
@@ -120,10 +126,12 @@ func Headers(tb testing.TB, provider v1alpha1.ProviderType, body []byte, now tim
 	return h
 }
 
-func adyenKey(tb testing.TB) []byte {
-	key, err := hex.DecodeString(AdyenHexKey)
+// decodeHexKey decodes an HMAC key as Adyen shows it (hex).
+func decodeHexKey(tb testing.TB, s string) []byte {
+	tb.Helper()
+	key, err := hex.DecodeString(s)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatal(fmt.Errorf("adyen hmac key: %w", err))
 	}
 	return key
 }
@@ -145,11 +153,7 @@ func (it AdyenItem) Signature(tb testing.TB) string {
 // key as Adyen shows it (hex).
 func (it AdyenItem) SignatureUnder(tb testing.TB, hexKey string) string {
 	tb.Helper()
-	key, err := hex.DecodeString(hexKey)
-	if err != nil {
-		tb.Fatal(fmt.Errorf("adyen hmac key: %w", err))
-	}
-	return base64.StdEncoding.EncodeToString(mac(key, it.SignedText()))
+	return base64.StdEncoding.EncodeToString(mac(decodeHexKey(tb, hexKey), it.SignedText()))
 }
 
 // SignedText is what the item's signature covers: its eight signed fields joined by ':'.
