@@ -298,17 +298,15 @@ type replicaSink struct {
 	srv       *httptest.Server
 	holdChild int
 
-	mu       sync.Mutex
-	arrivals []arrival
-	child    []arrival // the crashing replica's requests
-	held     int       // of them, held now
-	inFlight map[string]int
-	overlap  []string
+	mu sync.Mutex
+	flights
+	child []arrival // the crashing replica's requests
+	held  int       // of them, held now
 }
 
 func newReplicaSink(t *testing.T, holdChild int) *replicaSink {
-	s := &replicaSink{holdChild: holdChild, inFlight: map[string]int{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s := &replicaSink{holdChild: holdChild}
+	s.srv = httptest.NewServer(arrivalHandler(s.serve))
 	t.Cleanup(func() {
 		s.srv.CloseClientConnections()
 		s.srv.Close()
@@ -316,19 +314,10 @@ func newReplicaSink(t *testing.T, holdChild int) *replicaSink {
 	return s
 }
 
-func (s *replicaSink) serve(w http.ResponseWriter, r *http.Request) {
-	a, err := readArrival(r)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
+func (s *replicaSink) serve(_ http.ResponseWriter, r *http.Request, a arrival) {
 	fromChild := r.URL.Path == "/child"
 	s.mu.Lock()
-	s.arrivals = append(s.arrivals, a)
-	s.inFlight[a.Entity]++
-	if s.inFlight[a.Entity] > 1 {
-		s.overlap = append(s.overlap, fmt.Sprintf("%s (at %s)", a.Entity, a.Key))
-	}
+	s.begin(a)
 	hold := false
 	if fromChild {
 		s.child = append(s.child, a)
@@ -340,7 +329,7 @@ func (s *replicaSink) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.inFlight[a.Entity]--
+		s.end(a)
 		if hold {
 			s.held--
 		}

@@ -2,14 +2,10 @@ package outbox
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,49 +124,6 @@ func TestDispatchersUnderTimeoutsAndAStopKeepKeysAndOrder(t *testing.T) {
 	checkArrivals(t, s.snapshot(), len(rows))
 	// s.overlap is not checked: a sink that goes on processing a request after the
 	// dispatcher gave up on it overlaps with the retry by construction.
-}
-
-// The body is the envelope; the headers carry the Idempotency-Key and a Standard
-// Webhooks signature the sink can verify with the shared key.
-func TestDeliveryEnvelopeAndSignature(t *testing.T) {
-	db := newTestDB(t)
-	rawKey := []byte("0123456789abcdef0123456789abcdef")
-	whsec := "whsec_" + base64.StdEncoding.EncodeToString(rawKey)
-	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 7})
-	s := newSink(t, nil)
-	opts := db.options(t, s.srv.URL)
-	opts.SigningKey = whsec
-	start(t, db.pool, opts)
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
-
-	a := s.snapshot()[0]
-	want := outboxRow{Entity: "ord_1", Seq: 7}.key()
-	if a.Key != want || a.Header.Get(HeaderWebhookID) != want {
-		t.Errorf("Idempotency-Key %q, webhook-id %q, want %q", a.Key, a.Header.Get(HeaderWebhookID), want)
-	}
-	if ct := a.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type %q", ct)
-	}
-	env := a.Envelope
-	if env.ID != want || env.Type != "order.paid" || env.Endpoint != testEndpoint || env.EntityKey != "ord_1" ||
-		env.SourceEventID != want || env.OccurredAt == nil || !env.OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) ||
-		env.CreatedAt.IsZero() || a.Seq != 7 {
-		t.Errorf("envelope %+v", env)
-	}
-	ts := a.Header.Get(HeaderWebhookTimestamp)
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || time.Since(time.Unix(sec, 0)).Abs() > time.Minute {
-		t.Errorf("webhook-timestamp %q", ts)
-	}
-	mac := hmac.New(sha256.New, rawKey)
-	fmt.Fprintf(mac, "%s.%s.%s", want, ts, a.Body)
-	wantSig := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
-	if got := a.Header.Get(HeaderWebhookSignature); !hmac.Equal([]byte(got), []byte(wantSig)) {
-		t.Errorf("webhook-signature %q, want %q", got, wantSig)
-	}
-	if st := db.state(t, ids[0]); !st.Delivered || st.Attempts != 1 || st.Leased {
-		t.Errorf("row after delivery: %+v", st)
-	}
 }
 
 // A sink that fails three times then succeeds gets exactly four attempts; with the
@@ -446,6 +399,54 @@ func TestWakeBeforePoll(t *testing.T) {
 	}
 }
 
+// With Options.Housekeeping set, claims that only the start or the poll timer asked for
+// run on the housekeeping pool and woken claims on the dispatcher's own. The
+// housekeeping pool here points at a closed port: a row waiting at start is not
+// delivered however often the timer polls, and a Wake (what a commit that wrote outbox
+// rows sends) delivers it through the dispatcher's own pool. In a receiver pool that
+// keeps a busy endpoint's deliveries off the sessions its quiet neighbours share, and
+// keeps a quiet endpoint's polls off sessions of its own.
+func TestTimerClaimsUseTheHousekeepingPoolAndWokenClaimsTheOwn(t *testing.T) {
+	db := newTestDB(t)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
+	s := newSink(t, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dead, err := store.NewPool(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1", store.PoolOptions{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	// A Listener that never connects: no NOTIFY, and none of the wake-ups it sends
+	// when it (re)connects, so only the timer and Wake ask for claims.
+	silent, err := NewListener(db.url, db.options(t, "").Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := db.options(t, s.srv.URL)
+	opts.Housekeeping, opts.Listener = dead, silent
+	d, _ := start(t, db.pool, opts)
+
+	// 20 poll intervals (50 ms each) on the dead housekeeping pool: nothing delivered.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if n := s.count(); n != 0 {
+			t.Fatalf("%d deliveries from timer claims, which should run on the (dead) housekeeping pool", n)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	d.Wake()
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "the woken claim to deliver the row", func() bool {
+		return db.state(t, ids[0]).Delivered && s.count() == 1
+	})
+}
+
 // A LISTEN connection that the server drops is re-established, and NOTIFY works again.
 func TestListenReconnects(t *testing.T) {
 	db := newTestDB(t)
@@ -471,44 +472,40 @@ func TestListenReconnects(t *testing.T) {
 
 // A late worker's result is fenced out by the attempt number of a newer claim.
 func TestFenceRejectsStaleResult(t *testing.T) {
-	db := newTestDB(t)
-	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
-	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
-	ctx := context.Background()
-
-	first, second := claimTwice(t, db, q, 10)
+	f := claimTwice(t, 10)
+	db, first, second := f.db, f.late, f.newer
 	if second.Attempt != 2 {
 		t.Fatalf("second claim attempt %d, want 2", second.Attempt)
 	}
-	if again, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false); err != nil || len(again) != 0 {
+	if again, err := f.claim(10); err != nil || len(again) != 0 {
 		t.Fatalf("a leased row was claimed: %+v, %v", again, err)
 	}
-	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 2, Lease: second.Lease, Result: resultRetry, Delay: time.Hour, Error: "newer"}}, DefaultSinkDownAfter, time.Second)
+	acc, err := f.record(rowResult{Attempt: 2, Lease: second.Lease, Result: resultRetry, Delay: time.Hour, Error: "newer"})
 	if err != nil || len(acc) != 1 {
 		t.Fatalf("record newer result: %+v, %v", acc, err)
 	}
 	for _, stale := range []result{resultDelivered, resultDead, resultUnsent, resultRetry} {
-		acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 1, Lease: first.Lease, Result: stale, Error: "stale"}}, DefaultSinkDownAfter, time.Second)
+		acc, err = f.record(rowResult{Attempt: 1, Lease: first.Lease, Result: stale, Error: "stale"})
 		if err != nil || len(acc) != 0 {
 			t.Errorf("stale %s result accepted: %+v, %v", stale, acc, err)
 		}
 	}
-	st := db.state(t, ids[0])
+	st := db.state(t, f.id)
 	if st.Delivered || st.Dead || st.Attempts != 2 || st.LastError != "newer" || time.Until(st.AvailableAt) < 50*time.Minute {
 		t.Errorf("row after stale results: %+v", st)
 	}
 	// A delivered row accepts no later result, not even from its own attempt.
-	if _, err := db.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET available_at = now(), lease_until = NULL WHERE id = $1`, db.tables.Outbox), ids[0]); err != nil {
+	if _, err := db.pool.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET available_at = now(), lease_until = NULL WHERE id = $1`, db.tables.Outbox), f.id); err != nil {
 		t.Fatal(err)
 	}
-	third, err := q.claimRows(ctx, db.pool, testEndpoint, 10, time.Minute, false)
+	third, err := f.claim(10)
 	if err != nil || len(third) != 1 || third[0].Attempt != 3 {
 		t.Fatalf("third claim: %+v, %v", third, err)
 	}
-	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Lease: third[0].Lease, Result: resultDelivered}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
+	if acc, err = f.record(rowResult{Attempt: 3, Lease: third[0].Lease, Result: resultDelivered}); err != nil || len(acc) != 1 {
 		t.Fatalf("record delivery: %+v, %v", acc, err)
 	}
-	if acc, _, err = q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: 3, Lease: third[0].Lease, Result: resultDead}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 0 {
+	if acc, err = f.record(rowResult{Attempt: 3, Lease: third[0].Lease, Result: resultDead}); err != nil || len(acc) != 0 {
 		t.Errorf("result after delivery accepted: %+v, %v", acc, err)
 	}
 }

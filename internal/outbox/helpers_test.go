@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -124,13 +125,7 @@ FROM %s WHERE id = $1`, db.tables.Outbox), id).
 // count returns how many of the endpoint's rows match cond (SQL).
 func (db *testDB) count(t *testing.T, cond string) int {
 	t.Helper()
-	var n int
-	err := db.pool.QueryRow(context.Background(),
-		fmt.Sprintf(`SELECT count(*) FROM %s WHERE endpoint = $1 AND %s`, db.tables.Outbox, cond), testEndpoint).Scan(&n)
-	if err != nil {
-		t.Fatalf("count rows: %v", err)
-	}
-	return n
+	return testsupport.NewRows(db.pool, db.tables).Count(t, db.tables.Outbox, "endpoint = $1 AND "+cond, testEndpoint)
 }
 
 // arrival is one request the sink received.
@@ -144,25 +139,49 @@ type arrival struct {
 	Envelope Envelope
 }
 
+// flights is what a test sink knows of the requests it received: each arrival, the
+// requests in flight per entity, and each time an entity had two in flight at once. The
+// sink holds its mutex around it.
+type flights struct {
+	arrivals []arrival
+	inFlight map[string]int
+	overlap  []string // "entity (at key)" for each request that began while another of its entity ran
+}
+
+// begin records a's arrival and that its request is in flight, and returns how many
+// requests have arrived.
+func (f *flights) begin(a arrival) int {
+	f.arrivals = append(f.arrivals, a)
+	if f.inFlight == nil {
+		f.inFlight = map[string]int{}
+	}
+	f.inFlight[a.Entity]++
+	if f.inFlight[a.Entity] > 1 {
+		f.overlap = append(f.overlap, fmt.Sprintf("%s (at %s)", a.Entity, a.Key))
+	}
+	return len(f.arrivals)
+}
+
+// end records that a's request is no longer in flight.
+func (f *flights) end(a arrival) { f.inFlight[a.Entity]-- }
+
 // sink is a real HTTP server that records every request. respond decides the status
 // (and may block); it runs after the arrival is recorded.
 type sink struct {
 	srv *httptest.Server
 	t   *testing.T
 
-	mu       sync.Mutex
-	arrivals []arrival
-	inFlight map[string]int
-	overlap  []string // entities that had two requests in flight at once
-	respond  func(a arrival, n int) int
+	mu sync.Mutex
+	flights
+	respond func(a arrival, n int) int
 
 	release chan struct{} // closed at cleanup so blocked handlers return
 }
 
 func newSink(t *testing.T, respond func(a arrival, n int) int) *sink {
 	t.Helper()
-	s := &sink{t: t, inFlight: map[string]int{}, respond: respond, release: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s := &sink{t: t, respond: respond, release: make(chan struct{})}
+	s.srv = httptest.NewServer(arrivalHandler(s.serve))
 	t.Cleanup(func() {
 		close(s.release)
 		s.srv.Close()
@@ -170,19 +189,9 @@ func newSink(t *testing.T, respond func(a arrival, n int) int) *sink {
 	return s
 }
 
-func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
-	a, err := readArrival(r)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
+func (s *sink) serve(w http.ResponseWriter, _ *http.Request, a arrival) {
 	s.mu.Lock()
-	s.arrivals = append(s.arrivals, a)
-	n := len(s.arrivals)
-	s.inFlight[a.Entity]++
-	if s.inFlight[a.Entity] > 1 {
-		s.overlap = append(s.overlap, a.Entity)
-	}
+	n := s.begin(a)
 	respond := s.respond
 	s.mu.Unlock()
 
@@ -191,7 +200,7 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 		status = respond(a, n)
 	}
 	s.mu.Lock()
-	s.inFlight[a.Entity]--
+	s.end(a)
 	s.mu.Unlock()
 	w.WriteHeader(status)
 }
@@ -290,23 +299,48 @@ func (db *testDB) openPool(t *testing.T, maxConns int32, configure func(*pgxpool
 	return pool
 }
 
-// claimTwice claims the test endpoint's one row twice, as two dispatchers would: first
-// with a lease that ends at once (its worker is late: its database was unreachable, its
-// process paused), then again once that lease has ended. batch is each claim's batch
-// size.
-func claimTwice(t *testing.T, db *testDB, q queries, batch int) (late, newer row) {
+// fencedRow is one row of ord_1 that two dispatchers claimed (claimTwice): late's
+// lease has ended, newer's runs.
+type fencedRow struct {
+	db          *testDB
+	q           queries
+	id          int64
+	late, newer row
+}
+
+// claimTwice inserts one row of ord_1 in a new database and claims it twice, as two
+// dispatchers would: first with a lease that ends at once (its worker is late: its
+// database was unreachable, its process paused), then again once that lease has ended.
+// batch is each claim's batch size.
+func claimTwice(t *testing.T, batch int) *fencedRow {
 	t.Helper()
+	db := newTestDB(t)
+	f := &fencedRow{db: db, q: newQueries(db.tables, v1alpha1.OrderingPerEntity), id: db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})[0]}
 	ctx := context.Background()
-	first, err := q.claimRows(ctx, db.pool, testEndpoint, batch, time.Millisecond, false)
+	first, err := f.q.claimRows(ctx, db.pool, testEndpoint, batch, time.Millisecond, false)
 	if err != nil || len(first) != 1 || first[0].Attempt != 1 {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
 	var second []row
 	testsupport.Eventually(t, 5*time.Second, 10*time.Millisecond, "the first claim's lease ends and the row is claimed again", func() bool {
-		second, err = q.claimRows(ctx, db.pool, testEndpoint, batch, time.Minute, false)
+		second, err = f.claim(batch)
 		return err == nil && len(second) == 1
 	})
-	return first[0], second[0]
+	f.late, f.newer = first[0], second[0]
+	return f
+}
+
+// claim claims up to batch rows of the endpoint with a lease of a minute.
+func (f *fencedRow) claim(batch int) ([]row, error) {
+	return f.q.claimRows(context.Background(), f.db.pool, testEndpoint, batch, time.Minute, false)
+}
+
+// record records r as the row's result (r.ID is set to it) and returns the results the
+// fence accepted.
+func (f *fencedRow) record(r rowResult) ([]recorded, error) {
+	r.ID = f.id
+	acc, _, err := f.q.recordResults(context.Background(), f.db.pool, testEndpoint, []rowResult{r}, DefaultSinkDownAfter, time.Second)
+	return acc, err
 }
 
 // start runs a dispatcher until the test ends (or stop is called) and reports Run's error.
@@ -324,6 +358,19 @@ func start(t *testing.T, pool *pgxpool.Pool, opts Options) (d *Dispatcher, stop 
 	}
 	t.Cleanup(stop)
 	return d, stop
+}
+
+// arrivalHandler is a test sink's handler: it reads each request as an arrival
+// (readArrival), answers 400 to one it cannot read, and hands the others to serve.
+func arrivalHandler(serve func(w http.ResponseWriter, r *http.Request, a arrival)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, err := readArrival(r)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		serve(w, r, a)
+	})
 }
 
 // readArrival reads a request a sink received, with its body: the envelope and, from

@@ -67,34 +67,30 @@ func TestRedriveWhileLaterRowInFlightKeepsPerEntityOneAtATime(t *testing.T) {
 // dispatcher would claim and post the same row concurrently. The fence is the claim's
 // lease_until, which never repeats.
 func TestRedriveKeepsTheFenceMonotonic(t *testing.T) {
-	db := newTestDB(t)
-	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 0})
-	q := newQueries(db.tables, v1alpha1.OrderingPerEntity)
-	ctx := context.Background()
-
 	// Dispatcher A claims attempt 1; its lease runs out before it records. Dispatcher B
 	// claims attempt 2 and the sink answers 410: dead.
-	a, b := claimTwice(t, db, q, 1)
-	if acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: b.Attempt, Lease: b.Lease, Result: resultDead, Error: "sink answered 410"}}, DefaultSinkDownAfter, time.Second); err != nil || len(acc) != 1 {
+	f := claimTwice(t, 1)
+	a, b := f.late, f.newer
+	if acc, err := f.record(rowResult{Attempt: b.Attempt, Lease: b.Lease, Result: resultDead, Error: "sink answered 410"}); err != nil || len(acc) != 1 {
 		t.Fatalf("record B: %+v, %v", acc, err)
 	}
 	// An operator re-drives it; dispatcher C claims it and is posting.
-	if _, err := RedriveDeadLetters(ctx, db.pool, db.tables, Selection{Endpoint: testEndpoint}, ReplayOptions{}); err != nil {
+	if _, err := RedriveDeadLetters(context.Background(), f.db.pool, f.db.tables, Selection{Endpoint: testEndpoint}, ReplayOptions{}); err != nil {
 		t.Fatalf("redrive: %v", err)
 	}
-	c, err := q.claimRows(ctx, db.pool, testEndpoint, 1, time.Minute, false)
+	c, err := f.claim(1)
 	if err != nil || len(c) != 1 {
 		t.Fatalf("claim C: %+v, %v", c, err)
 	}
 	// A finally records its old result.
-	acc, _, err := q.recordResults(ctx, db.pool, testEndpoint, []rowResult{{ID: ids[0], Attempt: a.Attempt, Lease: a.Lease, Result: resultAbandoned}}, DefaultSinkDownAfter, time.Second)
+	acc, err := f.record(rowResult{Attempt: a.Attempt, Lease: a.Lease, Result: resultAbandoned})
 	if err != nil {
 		t.Fatalf("record A: %v", err)
 	}
 	if len(acc) != 0 {
 		t.Errorf("A's result from before the redrive (attempt %d) was accepted over C's claim (attempt %d)", a.Attempt, c[0].Attempt)
 	}
-	if d, err := q.claimRows(ctx, db.pool, testEndpoint, 1, time.Minute, false); err != nil || len(d) != 0 {
+	if d, err := f.claim(1); err != nil || len(d) != 0 {
 		t.Errorf("the row was claimed again while C's lease runs: %+v, %v", d, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -127,5 +128,48 @@ func TestSignedKeysStableAcrossRetriesAndRedrive(t *testing.T) {
 			t.Errorf("%s and %s share key %q", e, other, k)
 		}
 		seen[k] = e
+	}
+}
+
+// The body is the envelope; the headers carry the Idempotency-Key and a Standard
+// Webhooks signature the sink can verify with the shared key.
+func TestDeliveryEnvelopeAndSignature(t *testing.T) {
+	db := newTestDB(t)
+	rawKey := []byte("0123456789abcdef0123456789abcdef")
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString(rawKey)
+	ids := db.insert(t, outboxRow{Entity: "ord_1", Seq: 7})
+	s := newSink(t, nil)
+	opts := db.options(t, s.srv.URL)
+	opts.SigningKey = whsec
+	start(t, db.pool, opts)
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "delivery", func() bool { return db.state(t, ids[0]).Delivered })
+
+	a := s.snapshot()[0]
+	want := outboxRow{Entity: "ord_1", Seq: 7}.key()
+	if a.Key != want || a.Header.Get(HeaderWebhookID) != want {
+		t.Errorf("Idempotency-Key %q, webhook-id %q, want %q", a.Key, a.Header.Get(HeaderWebhookID), want)
+	}
+	if ct := a.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	env := a.Envelope
+	if env.ID != want || env.Type != "order.paid" || env.Endpoint != testEndpoint || env.EntityKey != "ord_1" ||
+		env.SourceEventID != want || env.OccurredAt == nil || !env.OccurredAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) ||
+		env.CreatedAt.IsZero() || a.Seq != 7 {
+		t.Errorf("envelope %+v", env)
+	}
+	ts := a.Header.Get(HeaderWebhookTimestamp)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || time.Since(time.Unix(sec, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp %q", ts)
+	}
+	mac := hmac.New(sha256.New, rawKey)
+	fmt.Fprintf(mac, "%s.%s.%s", want, ts, a.Body)
+	wantSig := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	if got := a.Header.Get(HeaderWebhookSignature); !hmac.Equal([]byte(got), []byte(wantSig)) {
+		t.Errorf("webhook-signature %q, want %q", got, wantSig)
+	}
+	if st := db.state(t, ids[0]); !st.Delivered || st.Attempts != 1 || st.Leased {
+		t.Errorf("row after delivery: %+v", st)
 	}
 }

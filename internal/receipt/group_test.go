@@ -43,9 +43,12 @@ type heldGroups struct {
 	release chan struct{}
 }
 
-// holdFirstGroup gives f a Recorder with group commit cfg whose first group waits for
-// the returned heldGroups' release.
-func holdFirstGroup(f *fixture, cfg GroupCommit) *heldGroups {
+// holdFirstGroup returns a fixture with the pending orders order-0 to order-(n-1)
+// (amount 1000) and a Recorder with group commit cfg whose first group waits for the
+// returned heldGroups' release.
+func holdFirstGroup(t *testing.T, n int, cfg GroupCommit) (*fixture, *heldGroups) {
+	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
+	f.pendingOrders(n, 1000)
 	h := &heldGroups{release: make(chan struct{})}
 	cfg.Observe = func(size int) {
 		h.mu.Lock()
@@ -57,7 +60,7 @@ func holdFirstGroup(f *fixture, cfg GroupCommit) *heldGroups {
 		}
 	}
 	f.rec = NewRecorder(f.pool, f.ep, WithGroupCommit(cfg))
-	return h
+	return f, h
 }
 
 // groupSizes is the size of each group so far, in the order they ran.
@@ -115,13 +118,10 @@ func awaitAnswer(t *testing.T, done <-chan error, what string) {
 
 func TestGroupFormsUnderConcurrencyAndAppliesEachEventOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const n = 24
-	f.pendingOrders(n, 1000)
-
 	// The first group holds its leader until every other delivery has queued, so the
 	// second group is all of them.
-	held := holdFirstGroup(f, GroupCommit{MaxEvents: 32, Transactions: 1})
+	f, held := holdFirstGroup(t, n, GroupCommit{MaxEvents: 32, Transactions: 1})
 	g := f.rec.group
 
 	results := make([]Result, n+1)
@@ -433,11 +433,9 @@ func TestLoneDeliveryOnALockedEntityStallsNoOther(t *testing.T) {
 // have queued OverflowAfter.
 func TestGroupQueuesBehindTheRunningTransaction(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, endpointSpec(v1alpha1.UnmatchedRecord, nil))
 	const n = 6
-	f.pendingOrders(n, 1000)
 	// The first transaction runs until the test says.
-	held := holdFirstGroup(f, GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: time.Hour})
+	f, held := holdFirstGroup(t, n, GroupCommit{MaxEvents: 32, Transactions: 2, OverflowAfter: time.Hour})
 	g := f.rec.group
 	var wg sync.WaitGroup
 	errs := make([]error, n)
