@@ -1,8 +1,8 @@
 package dataplanecmd_test
 
-// The harness of the convergence tests (concurrency_test.go, replicas_test.go): an
-// endpoint whose entities go through a chain of steps, providers' posts of every step
-// out of order with copies and forgeries, senders that spread them over receiver
+// The harness of the convergence tests (replicas_test.go: one receiver, then replicas):
+// an endpoint whose entities go through a chain of steps, providers' posts of every
+// step out of order with copies and forgeries, senders that spread them over receiver
 // replicas and retry what is not acknowledged, and the checks of where every entity
 // ends.
 

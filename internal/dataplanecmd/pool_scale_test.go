@@ -1,7 +1,6 @@
 package dataplanecmd_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/dataplanecmd"
@@ -55,7 +52,6 @@ func TestPoolIdleEndpointsScale(t *testing.T) {
 
 func measurePool(t *testing.T, n int, settle time.Duration, extra []string) string {
 	db := testsupport.MigratedDatabase(t, "hookkeeper")
-	dbName := func() string { c, _ := pgx.ParseConfig(db); return c.Database }()
 	sinkURL := testsupport.AcceptingSink(t)
 	vol := newSecretVolume(t)
 	for i := range n {
@@ -102,18 +98,8 @@ func measurePool(t *testing.T, n int, settle time.Duration, extra []string) stri
 		}
 	}
 	t.Logf("%d endpoints: all ready and served once after %s", n, time.Since(began).Round(time.Millisecond))
-	admin, err := pgx.Connect(context.Background(), testsupport.ServerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(context.Background()) }()
-	sessions := func() int {
-		var c int
-		if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, dbName).Scan(&c); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	watch := newBackendSampler(t, db)
+	sessions := func() int { return len(watch.sample()) }
 	rssReady, sessReady := testsupport.RSS(t, proc.Pid()), sessions()
 	// Idle: no traffic while pooled connections idle out (pooledConnIdleTime).
 	deadline := time.Now().Add(settle)

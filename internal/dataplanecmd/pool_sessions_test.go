@@ -15,16 +15,27 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
-// backendSampler watches the sessions of one database from the server's
-// pg_stat_activity: which backends exist and when each started.
 // startSpread is how long after its start a pooled endpoint's periodic tasks may begin
 // (dataplanecmd's pooledStartSpread, the 10 s poll interval).
 const startSpread = 10 * time.Second
 
+// backendSampler watches the sessions of one database from the server's
+// pg_stat_activity: which backends exist and when each started.
 type backendSampler struct {
 	t      *testing.T
 	admin  *pgx.Conn
 	dbName string
+}
+
+// newBackendSampler watches the sessions of the database dbURL names, from a
+// connection to the server's maintenance database.
+func newBackendSampler(t *testing.T, dbURL string) backendSampler {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backendSampler{t: t, admin: connect(t, testsupport.ServerURL(t)), dbName: cfg.Database}
 }
 
 type backend struct {
@@ -59,10 +70,6 @@ func (s backendSampler) sample() []backend {
 func TestPoolQuietEndpointsOpenNoSessions(t *testing.T) {
 	const endpoints = 8
 	db := testsupport.MigratedDatabase(t, "quiet")
-	cfg, err := pgx.ParseConfig(db)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var delivered atomic.Int32
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -93,7 +100,7 @@ func TestPoolQuietEndpointsOpenNoSessions(t *testing.T) {
 	}
 	awaitDeliveries(endpoints)
 
-	watch := backendSampler{t: t, admin: connect(t, testsupport.ServerURL(t)), dbName: cfg.Database}
+	watch := newBackendSampler(t, db)
 	// Settled: the pool's tasks have all started (they start spread over the 10 s poll
 	// interval) and the endpoints' own connections have idled out, so no session is
 	// younger than 3 s. The retention pruner's first run, at its task's start, is one of

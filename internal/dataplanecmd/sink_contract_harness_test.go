@@ -195,6 +195,29 @@ func awaitOutboxRows(t *testing.T, conn *pgx.Conn, column string, want int, time
 	})
 }
 
+// deadLetter is a payment whose outbox row was dead-lettered (deadLetterPayment): its
+// deployment, the receiver that took it, a connection to its database and the key the
+// sink sees.
+type deadLetter struct {
+	ep   contractDeployment
+	rr   *contractReceiver
+	conn *pgx.Conn
+	key  string
+}
+
+// deadLetterPayment deploys the contract endpoint with deliveryExtra, starts a receiver,
+// sends one payment (sendPayment of name) and waits until its outbox row is
+// dead-lettered (what names the wait).
+func deadLetterPayment(t *testing.T, sinkURL, deliveryExtra, name, what string) deadLetter {
+	t.Helper()
+	d := deadLetter{ep: deployContract(t, sinkURL, deliveryExtra)}
+	d.rr = d.ep.startReceiver(t)
+	d.key = d.rr.sendPayment(t, name)
+	d.conn = connect(t, d.ep.dbURL)
+	awaitOutboxRows(t, d.conn, "dead_at", 1, 20*time.Second, what)
+	return d
+}
+
 // outboxLastError is last_error of the contract endpoint's outbox row ("" when the
 // row has none), what tests read to check a failure names no secret or sink address.
 func outboxLastError(t *testing.T, conn *pgx.Conn) string {

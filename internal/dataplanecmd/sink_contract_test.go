@@ -350,11 +350,8 @@ func TestSinkContractRedirectIsNotFollowedAndLeaksNothing(t *testing.T) {
 	}
 	const user, pass, token = "sinkuser", "s3cr3t-sink-pass", "tok-9f8e7d"
 	sinkURL := strings.Replace(sink.srv.URL, "http://", "http://"+user+":"+pass+"@", 1) + "/hook?token=" + token
-	ep := deployContract(t, sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
-	rr := ep.startReceiver(t)
-	rr.sendPayment(t, "redir")
-	conn := connect(t, ep.dbURL)
-	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered after 3 redirects")
+	dead := deadLetterPayment(t, sinkURL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}", "redir", "dead-lettered after 3 redirects")
+	conn, rr := dead.conn, dead.rr
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("the redirect target got %d requests", n)
 	}
@@ -425,11 +422,8 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		w.WriteHeader(http.StatusOK)
 		return true
 	}
-	ep := deployContract(t, sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}")
-	rr := ep.startReceiver(t)
-	key := rr.sendPayment(t, "dead")
-	conn := connect(t, ep.dbURL)
-	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
+	dead := deadLetterPayment(t, sink.srv.URL, "maxAttempts: 3, backoff: {initial: 50ms, max: 100ms}", "dead", "dead-lettered")
+	conn, key := dead.conn, dead.key
 	if n := len(sink.requestsFor(key)); n != 3 {
 		t.Errorf("%d attempts before the dead letter, want maxAttempts 3", n)
 	}
@@ -438,7 +432,7 @@ func TestSinkContractDeadLetterThenRedriveDeliversOnceWithTheSameKey(t *testing.
 		t.Errorf("last_error %q, want the status", lastErr)
 	}
 	broken.Store(false)
-	pool, err := pgxpool.New(context.Background(), ep.dbURL)
+	pool, err := pgxpool.New(context.Background(), dead.ep.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,11 +462,7 @@ func TestSinkContractGoneDeadLettersAtOnce(t *testing.T) {
 		w.WriteHeader(http.StatusGone)
 		return false
 	}
-	ep := deployContract(t, sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}")
-	rr := ep.startReceiver(t)
-	key := rr.sendPayment(t, "gone")
-	conn := connect(t, ep.dbURL)
-	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
+	key := deadLetterPayment(t, sink.srv.URL, "backoff: {initial: 50ms, max: 100ms}", "gone", "dead-lettered").key
 	if n := len(sink.requestsFor(key)); n != 1 {
 		t.Errorf("%d attempts, want 1 (410 dead-letters at once)", n)
 	}
@@ -503,11 +493,7 @@ func TestSinkContractTLSFailureLastErrorNamesNoSinkHost(t *testing.T) {
 	defer tlsSink.Close()
 	port := tlsSink.URL[strings.LastIndex(tlsSink.URL, ":")+1:]
 	sinkURL := "https://localhost:" + port + "/hook"
-	ep := deployContract(t, sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}")
-	rr := ep.startReceiver(t)
-	rr.sendPayment(t, "tls")
-	conn := connect(t, ep.dbURL)
-	awaitOutboxRows(t, conn, "dead_at", 1, 20*time.Second, "dead-lettered")
+	conn := deadLetterPayment(t, sinkURL, "maxAttempts: 2, backoff: {initial: 50ms, max: 100ms}", "tls", "dead-lettered").conn
 	lastErr := outboxLastError(t, conn)
 	t.Logf("last_error: %q", lastErr)
 	// example.com is the name in httptest's certificate: the sink host's own names.

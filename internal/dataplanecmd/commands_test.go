@@ -1,6 +1,7 @@
 package dataplanecmd
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,48 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/config"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
+
+func TestVersionCommand(t *testing.T) {
+	var out bytes.Buffer
+	cmd := Version()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("version: %v", err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "hookkeeper ") || !strings.Contains(got, "revision ") || !strings.Contains(got, "go1.") {
+		t.Fatalf("version printed %q", got)
+	}
+}
+
+// TestGroupCommitPredictFlag: --group-commit-predict=false turns predicted groups off
+// (receipt.GroupCommit.NoPrediction); the flag's default keeps them on.
+func TestGroupCommitPredictFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool // NoPrediction
+	}{
+		{nil, false}, // on by default
+		{[]string{"--group-commit-predict=false"}, true},
+		{[]string{"--group-commit-predict=true"}, false},
+	} {
+		cmd := Receiver()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		predict, err := cmd.Flags().GetBool("group-commit-predict")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := receiverFlags{groupPredict: predict}.groupCommit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.NoPrediction != tc.want {
+			t.Errorf("%v: NoPrediction %v, want %v", tc.args, g.NoPrediction, tc.want)
+		}
+	}
+}
 
 // TestCommandsWriteTerminationMessage: a migration or a receiver that cannot reach its
 // database leaves why in the termination-message file, one line, without the password
