@@ -269,14 +269,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 				defer wg.Done()
 				// A provider's steady event rate (50/s per sender), so a slow rollout
 				// cannot outgrow the results buffer.
-				pace := time.NewTicker(20 * time.Millisecond)
-				defer pace.Stop()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					case <-pace.C:
-					}
+				paced(stop, 20*time.Millisecond, func(i int) bool {
 					id := fmt.Sprintf("evt_%s_rot_%d_%05d", run, w, i)
 					body := demo.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
 					err := deliverWith(ctx, url, currentKey, body, time.Minute)
@@ -286,6 +279,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 					r := result{id: id, err: err}
 					select {
 					case results <- r:
+						return true
 					case <-stop:
 						// Keep the result when there is room (it may be an acknowledged
 						// event); never block a stopping sender on a full buffer.
@@ -293,9 +287,9 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 						case results <- r:
 						default:
 						}
-						return
+						return false
 					}
-				}
+				})
 			}()
 		}
 		stopSenders := func() {
@@ -620,6 +614,23 @@ func deliverWith(ctx context.Context, url string, key func() string, body []byte
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// paced calls send(0), send(1), ... once per interval, the steady rate of a provider's
+// sender, until stop is closed or send returns false.
+func paced(stop <-chan struct{}, interval time.Duration, send func(i int) bool) {
+	pace := time.NewTicker(interval)
+	defer pace.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-pace.C:
+		}
+		if !send(i) {
+			return
 		}
 	}
 }

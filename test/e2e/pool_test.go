@@ -188,24 +188,18 @@ var _ = Describe("a receiver pool", Ordered, func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			pace := time.NewTicker(20 * time.Millisecond)
-			defer pace.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-trafficCtx.Done():
-					return
-				case <-pace.C:
-				}
+			paced(trafficCtx.Done(), 20*time.Millisecond, func(i int) bool {
 				code, err := post(trafficCtx, busy, fmt.Sprintf("evt_%s_busy_%d", run, i))
 				if trafficCtx.Err() != nil {
-					return
+					return false
 				}
 				sent.Add(1)
 				if err != nil || code != http.StatusOK {
 					failed.Add(1)
 					lastFailure.Store(fmt.Sprintf("%d %v", code, err))
 				}
-			}
+				return true
+			})
 		}()
 		within := func(what string, f func(g Gomega)) {
 			begin := time.Now()
