@@ -16,6 +16,8 @@ import (
 type ImageSize struct {
 	Platform string `json:"platform"`
 	Digest   string `json:"digest"`
+	// Config is the config's digest: the image ID podman gives the image when it loads it.
+	Config string `json:"configDigest"`
 	// Compressed is what a pull transfers: the config plus the compressed layers.
 	Compressed int64 `json:"compressedBytes"`
 	Layers     int   `json:"layers"`
@@ -142,6 +144,7 @@ func LayoutSizes(read func(name string) ([]byte, error)) ([]ImageSize, error) {
 			}
 			s := ImageSize{Platform: p, Digest: d.Digest, Layers: len(img.Layers)}
 			if img.Config != nil {
+				s.Config = img.Config.Digest
 				s.Compressed += img.Config.Size
 			}
 			for _, l := range img.Layers {

@@ -27,10 +27,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-func init() {
-	register(Suite{Name: "dispatcher", Order: 20, Run: runDispatcherSuite})
-}
-
 const (
 	dispatchEndpoint = "bench/dispatch"
 	dispatchRows     = 20_000

@@ -8,13 +8,6 @@ import (
 	"os/exec"
 )
 
-// The image suite reports what a regression in the image would show first: the
-// compressed size a node pulls. The receiver's RSS is the receiver suite's row, measured
-// on the image's own binary when make bench runs it (bin/image-build/linux-amd64).
-func init() {
-	register(Suite{Name: "image", Order: 30, Run: runImageSuite})
-}
-
 // imageSize is one entry of `hookkeeper-image sizes -json`.
 type imageSize struct {
 	Platform   string `json:"platform"`
@@ -23,6 +16,9 @@ type imageSize struct {
 	Layers     int    `json:"layers"`
 }
 
+// runImageSuite reports what a regression in the image would show first: the
+// compressed size a node pulls. The receiver's RSS is the receiver suite's row, measured
+// on the image's own binary when make bench runs it (bin/image-build/linux-amd64).
 func runImageSuite(ctx context.Context, env *Env) ([]Row, error) {
 	for _, p := range []string{env.ImageTool, env.ImageArchive} {
 		if _, err := os.Stat(p); err != nil {

@@ -20,10 +20,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-func init() {
-	register(Suite{Name: "pool", Order: 40, Run: runPoolSuite})
-}
-
 // poolSizes are the endpoint counts the pool suite measures.
 var poolSizes = []int{1, 10, 50, 200}
 

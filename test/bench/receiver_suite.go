@@ -25,10 +25,6 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
-func init() {
-	register(Suite{Name: "receiver", Order: 10, Run: runReceiverSuite})
-}
-
 const (
 	benchSchema   = "hookkeeper"
 	benchSecret   = "whsec_benchmarkbenchmarkbenchmark"

@@ -5,20 +5,18 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
 // A Suite measures one part of hookkeeper and returns rows for the shared table. Each
-// suite lives in its own file and registers itself from init, so adding a benchmark
-// (the dispatcher's, for one) is a new file and nothing else.
+// suite lives in its own file; adding a benchmark (the dispatcher's, for one) is a new
+// file and a line in suites.
 type Suite struct {
 	// Name selects the suite on the command line (-suite name,...).
 	Name string
-	// Order places the suite's rows in the table; lower runs and prints first.
-	Order int
 	// Run performs the measurements. It must stop by itself well within the time
 	// budget of `make bench` and clean up what it created.
 	Run func(ctx context.Context, env *Env) ([]Row, error)
@@ -32,53 +30,42 @@ type Row struct {
 	Note    string // how it was measured, in a few words
 }
 
-var suites = map[string]Suite{}
-
-// register adds a suite; called from init functions.
-func register(s Suite) {
-	if _, dup := suites[s.Name]; dup {
-		panic(fmt.Sprintf("bench suite %q registered twice", s.Name))
-	}
-	suites[s.Name] = s
+// suites are every suite, in the order they run and print their rows.
+var suites = []Suite{
+	{Name: "receiver", Run: runReceiverSuite},
+	{Name: "dispatcher", Run: runDispatcherSuite},
+	{Name: "image", Run: runImageSuite},
+	{Name: "pool", Run: runPoolSuite},
 }
 
 // selectSuites resolves a comma-separated list ("all" or empty means every suite), in
-// registration order.
+// the order of suites.
 func selectSuites(list string) ([]Suite, error) {
-	var chosen []Suite
 	if list == "" || list == "all" {
-		for _, s := range suites {
+		return slices.Clone(suites), nil
+	}
+	want := map[string]bool{}
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.ContainsFunc(suites, func(s Suite) bool { return s.Name == name }) {
+			return nil, fmt.Errorf("unknown bench suite %q (known: %s)", name, strings.Join(suiteNames(), ", "))
+		}
+		want[name] = true
+	}
+	var chosen []Suite
+	for _, s := range suites {
+		if want[s.Name] {
 			chosen = append(chosen, s)
 		}
-	} else {
-		seen := map[string]bool{}
-		for name := range strings.SplitSeq(list, ",") {
-			name = strings.TrimSpace(name)
-			s, ok := suites[name]
-			if !ok {
-				return nil, fmt.Errorf("unknown bench suite %q (known: %s)", name, strings.Join(suiteNames(), ", "))
-			}
-			if !seen[name] {
-				seen[name] = true
-				chosen = append(chosen, s)
-			}
-		}
 	}
-	sort.Slice(chosen, func(i, j int) bool {
-		if chosen[i].Order != chosen[j].Order {
-			return chosen[i].Order < chosen[j].Order
-		}
-		return chosen[i].Name < chosen[j].Name
-	})
 	return chosen, nil
 }
 
 func suiteNames() []string {
-	names := make([]string, 0, len(suites))
-	for n := range suites {
-		names = append(names, n)
+	names := make([]string, len(suites))
+	for i, s := range suites {
+		names[i] = s.Name
 	}
-	sort.Strings(names)
 	return names
 }
 

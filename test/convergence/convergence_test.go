@@ -9,7 +9,6 @@ package convergence
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -188,6 +188,7 @@ func runConvergence(t *testing.T, o runOptions) runResult {
 			jobs = append(jobs, []*request{r})
 		}
 	}
+	buildBodies(t, reqs)
 	events := 0
 	for _, m := range machines {
 		for _, e := range m.entities {
@@ -285,10 +286,8 @@ func setupAdyen(t *testing.T, o runOptions, dir, sinkURL, dbURL string) *machine
 	}); err != nil {
 		t.Fatal(err)
 	}
-	key := testsupport.RandomHex(32)
 	m := &machine{name: "adyen", provider: s.we.Spec.Provider.Type, sample: s, we: s.we, attrs: []string{"true", "false"},
-		secret: strings.ToUpper(key)}
-	m.hexKey, _ = hex.DecodeString(key)
+		secret: strings.ToUpper(testsupport.RandomHex(32))}
 	if m.provider != v1alpha1.ProviderAdyen {
 		t.Fatalf("%s: provider %s, want Adyen", adyenSample, m.provider)
 	}
@@ -507,7 +506,8 @@ func attempt(client *http.Client, r *request) (bool, string) {
 		return false, err.Error()
 	}
 	if r.m.provider == v1alpha1.ProviderStripe {
-		stripeSign(req, r.m.secret, r.body, time.Now())
+		// Signed afresh on every attempt, as Stripe does.
+		req.Header.Set("Stripe-Signature", demo.StripeSignature(r.m.secret, r.body, time.Now()))
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -20,7 +20,6 @@ type machine struct {
 	model    *model
 	attrs    []string // candidate event attributes for generate
 	secret   string   // Stripe signing secret, or Adyen HMAC key (hex)
-	hexKey   []byte   // Adyen HMAC key, decoded
 	proc     *receiverProc
 	entities []*entity
 }
@@ -220,22 +219,12 @@ func planInOrder(rng *rand.Rand, machines []*machine) ([]*request, [][]*request)
 	return reqs, jobs
 }
 
-// finish numbers the requests, records each entity's deliveries and builds the bodies.
+// finish numbers the requests and records each entity's deliveries.
 func finish(reqs []*request) {
 	for i, r := range reqs {
 		r.seq = i
-		var adyenItems []map[string]any
 		for _, it := range r.items {
 			it.e.deliveries = append(it.e.deliveries, delivery{req: r, event: it.event, copy: it.copy, copies: it.copies})
-			ev := it.e.history[it.event]
-			if r.m.provider == v1alpha1.ProviderAdyen {
-				adyenItems = append(adyenItems, adyenItem(ev, it.e.key, it.e.adyenOriginal(ev), r.m.hexKey))
-			} else {
-				r.body = stripeBody(ev, it.e.key)
-			}
-		}
-		if r.m.provider == v1alpha1.ProviderAdyen {
-			r.body = adyenBody(adyenItems)
 		}
 	}
 }

@@ -2,27 +2,25 @@ package convergence
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/signature/sigtest"
 )
 
-// Requests are built and signed here by hand, from the providers' published schemes,
-// never with the receiver's own verifier code.
+// Requests are built here and signed by hand, from the providers' published schemes
+// (Stripe's with demo.StripeSignature, Adyen's with sigtest), never with the receiver's
+// own verifier code.
 
 const (
 	ordersSample = "config/samples/hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml"
@@ -153,53 +151,39 @@ func stripeBody(ev modelEvent, entityKey string) []byte {
 	return body
 }
 
-// stripeSign sets Stripe-Signature: t=<now>,v1=hex(HMAC-SHA256(secret, "<t>.<body>")),
-// signed afresh on every attempt as Stripe does.
-func stripeSign(req *http.Request, secret string, body []byte, now time.Time) {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts))
-	mac.Write([]byte("."))
-	mac.Write(body)
-	req.Header.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac.Sum(nil)))
-}
-
 // ---- Adyen ----
 
 var adyenZone = time.FixedZone("CET", 3600)
 
-// adyenItem is one NotificationRequestItem with its HMAC signature: base64 of
-// HMAC-SHA256, keyed with the hex-decoded key, over
+// adyenItem is one NotificationRequestItem, signed under hexKey (an HMAC key as Adyen
+// shows it) as sigtest signs Adyen items: base64 of HMAC-SHA256 over
 // pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success.
-func adyenItem(ev modelEvent, entityKey, original string, hexKey []byte) map[string]any {
-	const merchant, currency = "ShopECOM", "EUR"
-	signed := strings.Join([]string{ev.PSP, original, merchant, entityKey,
-		strconv.FormatInt(ev.Amount, 10), currency, ev.Type, ev.Success}, ":")
-	mac := hmac.New(sha256.New, hexKey)
-	mac.Write([]byte(signed))
-	item := map[string]any{
-		"pspReference":        ev.PSP,
-		"merchantAccountCode": merchant,
-		"merchantReference":   entityKey,
-		"amount":              map[string]any{"value": ev.Amount, "currency": currency},
-		"eventCode":           ev.Type,
-		"eventDate":           ev.OccurredAt.In(adyenZone).Format(time.RFC3339),
-		"success":             ev.Success,
-		"paymentMethod":       "visa",
-		"additionalData":      map[string]any{"hmacSignature": base64.StdEncoding.EncodeToString(mac.Sum(nil))},
-	}
-	if original != "" {
-		item["originalReference"] = original
-	}
-	return map[string]any{"NotificationRequestItem": item}
+func adyenItem(tb testing.TB, ev modelEvent, entityKey, original, hexKey string) map[string]any {
+	it := sigtest.AdyenItem{PSP: ev.PSP, Original: original, Merchant: "ShopECOM", Reference: entityKey,
+		Value: ev.Amount, Currency: "EUR", EventCode: ev.Type, Success: ev.Success}
+	return it.WithSignature(it.SignatureUnder(tb, hexKey), map[string]any{
+		"eventDate":     ev.OccurredAt.In(adyenZone).Format(time.RFC3339),
+		"paymentMethod": "visa",
+	})
 }
 
-func adyenBody(items []map[string]any) []byte {
-	body, err := json.Marshal(map[string]any{"live": "false", "notificationItems": items})
-	if err != nil {
-		panic(err)
+// buildBodies builds each request's body from its items: a Stripe event, or one Adyen
+// notification holding every item.
+func buildBodies(tb testing.TB, reqs []*request) {
+	for _, r := range reqs {
+		var adyenItems []map[string]any
+		for _, it := range r.items {
+			ev := it.e.history[it.event]
+			if r.m.provider == v1alpha1.ProviderAdyen {
+				adyenItems = append(adyenItems, adyenItem(tb, ev, it.e.key, it.e.adyenOriginal(ev), r.m.secret))
+			} else {
+				r.body = stripeBody(ev, it.e.key)
+			}
+		}
+		if r.m.provider == v1alpha1.ProviderAdyen {
+			r.body = sigtest.AdyenBody(tb, nil, adyenItems...)
+		}
 	}
-	return body
 }
 
 // adyenEventID is the id the Adyen preset derives: pspReference:eventCode:success.

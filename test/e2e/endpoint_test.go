@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -267,14 +269,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 				defer wg.Done()
 				// A provider's steady event rate (50/s per sender), so a slow rollout
 				// cannot outgrow the results buffer.
-				pace := time.NewTicker(20 * time.Millisecond)
-				defer pace.Stop()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					case <-pace.C:
-					}
+				paced(stop, 20*time.Millisecond, func(i int) bool {
 					id := fmt.Sprintf("evt_%s_rot_%d_%05d", run, w, i)
 					body := demo.StripeEvent(id, "payment_intent.created", "order-1003", 1, time.Now())
 					err := deliverWith(ctx, url, currentKey, body, time.Minute)
@@ -284,6 +279,7 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 					r := result{id: id, err: err}
 					select {
 					case results <- r:
+						return true
 					case <-stop:
 						// Keep the result when there is room (it may be an acknowledged
 						// event); never block a stopping sender on a full buffer.
@@ -291,9 +287,9 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 						case results <- r:
 						default:
 						}
-						return
+						return false
 					}
-				}
+				})
 			}()
 		}
 		stopSenders := func() {
@@ -433,6 +429,166 @@ var _ = Describe("the Stripe orders sample", Ordered, func() {
 	})
 })
 
+// ownSecretsSigningKey signs the webhooks of endpoints made by ownEndpoint.
+const ownSecretsSigningKey = "whsec_e2e_own_endpoints_secret"
+
+// ownEndpoint is an endpoint of the Stripe orders sample's shape named name, whose
+// Secrets are its spec's own (Secret e2e-own-signing and e2e-own-db, created once): the
+// sample's specs rotate and delete the sample's, and specs run in random order.
+func ownEndpoint(ctx context.Context, name string) *v1alpha1.WebhookEndpoint {
+	ns := session.Samples.Namespace
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-signing", Namespace: ns}, StringData: map[string]string{"current": ownSecretsSigningKey}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-db", Namespace: ns}, StringData: map[string]string{"uri": databaseURL}},
+	} {
+		if err := session.Samples.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	ep := &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	ep.Spec = *session.Samples.Endpoints[0].Spec.DeepCopy()
+	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{{SecretKeyRef: corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-signing"}, Key: "current"}}}
+	ep.Spec.Database.URLSecretRef = corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-db"}, Key: "uri"}
+	ep.Spec.Exposure = nil
+	return ep
+}
+
+// createOwnEndpoint creates ownEndpoint(name), deletes it when the spec (or container)
+// ends, and waits up to ready for it to report Ready.
+func createOwnEndpoint(ctx context.Context, name string, ready time.Duration) *v1alpha1.WebhookEndpoint {
+	GinkgoHelper()
+	ep := ownEndpoint(ctx, name)
+	Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
+	Eventually(func(g Gomega) {
+		cur := &v1alpha1.WebhookEndpoint{}
+		g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+	}).WithContext(ctx).WithTimeout(ready).WithPolling(time.Second).Should(Succeed())
+	return ep
+}
+
+// `hookkeeper send-test` against an endpoint of the Stripe orders sample's shape, as a user runs it
+// against `make dev`'s cluster: the binary, the dev cluster's kubeconfig, no --url (it
+// finds a ready receiver pod behind the endpoint's Service) and no --database-url (the
+// dev database is reachable at the URL its Secret holds).
+var _ = Describe("hookkeeper send-test", func() {
+	It("sends the deployed endpoint a signed test event and reports its receipt and delivery", func(ctx SpecContext) {
+		// An endpoint of its own: the sample's specs rotate and delete the sample's, and
+		// specs run in random order.
+		ep := createOwnEndpoint(ctx, "sendtest-e2e", 90*time.Second)
+		before := len(session.Sink.Deliveries())
+		cmd := exec.CommandContext(ctx, hookkeeperBinary, "send-test",
+			"--kubeconfig", session.Cluster.KubeconfigPath(), "-n", session.Samples.Namespace, ep.Name)
+		out, err := cmd.CombinedOutput()
+		report := string(out)
+		GinkgoWriter.Printf("hookkeeper send-test:\n%s\n", report)
+		Expect(err).NotTo(HaveOccurred(), report)
+		Expect(report).To(ContainSubstring("of Service " + ep.Name + "-receiver"))
+		Expect(report).To(ContainSubstring("answer:    200"))
+		Expect(report).To(ContainSubstring("receipt:   applied"))
+		Expect(report).To(ContainSubstring("entity:    " + demo.TestOrder + " is payment_pending"))
+		Expect(report).To(MatchRegexp(`outbox:    order\.test \(row \d+\) delivered at`))
+		Expect(report).NotTo(ContainSubstring(ownSecretsSigningKey))
+		Expect(report).NotTo(ContainSubstring(databaseURL))
+
+		Eventually(func() []string {
+			var types []string
+			for _, d := range session.Sink.Deliveries()[before:] {
+				types = append(types, d.EventType)
+			}
+			return types
+		}).WithTimeout(10 * time.Second).Should(ContainElement("order.test"))
+		Expect(strings.Count(report, "POST")).To(Equal(1))
+	}, SpecTimeout(4*time.Minute))
+})
+
+// A WebhookReplay on the local cluster: the operator re-drives the Stripe sample's
+// dead letters once, the receivers' dispatchers deliver them, the status counts them,
+// and an operator restart does not run it again.
+var _ = Describe("a WebhookReplay", Ordered, func() {
+	var (
+		db  *pgx.Conn
+		ep  *v1alpha1.WebhookEndpoint
+		key string
+		ids []int64
+		run = strconv.FormatInt(time.Now().UnixNano(), 36)
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		var err error
+		db, err = session.DB(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = db.Close(context.Background()) })
+		// An endpoint of its own, with receivers (whose dispatchers deliver what the
+		// replay re-drives): the sample's specs delete the sample's endpoint.
+		ep = createOwnEndpoint(ctx, "replay-e2e", 3*time.Minute)
+		key = session.Samples.Namespace + "/" + ep.Name
+		for i := range 3 {
+			var id int64
+			Expect(db.QueryRow(ctx, `INSERT INTO hookkeeper.outbox
+  (endpoint, dedupe_key, entity_key, event_type, source_event_id, payload, dead_at, attempts, last_error)
+VALUES ($1, $2, 'order-1003', 'order.paid', $2, '{}', now(), 12, 'sink answered 500')
+RETURNING id`, key, fmt.Sprintf("replay_%s_%d", run, i)).Scan(&id)).To(Succeed())
+			ids = append(ids, id)
+		}
+	})
+
+	It("re-drives dead letters once, reports counts, and is not run again after an operator restart", func(ctx SpecContext) {
+		c := session.Samples.Client
+		replay := &v1alpha1.WebhookReplay{
+			ObjectMeta: metav1.ObjectMeta{Name: "redrive-" + run, Namespace: session.Samples.Namespace},
+			Spec: v1alpha1.WebhookReplaySpec{
+				EndpointRef: v1alpha1.EndpointReference{Name: ep.Name},
+				DeadLetters: true, IDs: ids,
+			},
+		}
+		Expect(c.Create(ctx, replay)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { _ = c.Delete(ctx, replay) })
+
+		done := func(g Gomega) *v1alpha1.WebhookReplay {
+			cur := &v1alpha1.WebhookReplay{}
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(replay), cur)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionSucceeded)).To(BeTrue(), "%+v", cur.Status)
+			return cur
+		}
+		var cur *v1alpha1.WebhookReplay
+		Eventually(func(g Gomega) { cur = done(g) }).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+		Expect(cur.Status.Selected).To(Equal(int64(3)))
+		Expect(cur.Status.Changed).To(Equal(int64(3)))
+		Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+
+		// The receivers' dispatchers deliver the re-driven rows to the sink.
+		Eventually(func(g Gomega) {
+			got := map[string]bool{}
+			for _, d := range session.Sink.Deliveries() {
+				got[d.IdempotencyKey] = true
+			}
+			for i := range 3 {
+				g.Expect(got).To(HaveKey(fmt.Sprintf("replay_%s_%d", run, i)))
+			}
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+		// One of them dies again; after an operator restart the replay is not run again.
+		_, err := db.Exec(ctx, `UPDATE hookkeeper.outbox SET dead_at = now(), delivered_at = NULL, attempts = 12 WHERE id = $1`, ids[0])
+		Expect(err).NotTo(HaveOccurred())
+		Expect(session.RestartOperator(ctx)).To(Succeed())
+		// The restarted operator has reconciled the replay once it writes its status
+		// again; the run record says it started once.
+		Consistently(func(g Gomega) {
+			var deadAt *time.Time
+			g.Expect(db.QueryRow(ctx, `SELECT dead_at FROM hookkeeper.outbox WHERE id = $1`, ids[0]).Scan(&deadAt)).To(Succeed())
+			g.Expect(deadAt).NotTo(BeNil(), "the re-dead row was re-driven a second time")
+			var starts int
+			g.Expect(db.QueryRow(ctx, `SELECT starts FROM hookkeeper.replay_runs WHERE uid = $1`, string(cur.UID)).Scan(&starts)).To(Succeed())
+			g.Expect(starts).To(Equal(1))
+			g.Expect(done(g).Status.Changed).To(Equal(int64(3)))
+		}).WithContext(ctx).WithTimeout(10 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+	})
+})
+
 // deliverUntilAcknowledged retries like a provider: on a transport error or a non-2xx
 // status, send the same event again, for up to 30 seconds.
 func deliverUntilAcknowledged(ctx context.Context, url, secret string, body []byte) error {
@@ -458,6 +614,23 @@ func deliverWith(ctx context.Context, url string, key func() string, body []byte
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// paced calls send(0), send(1), ... once per interval, the steady rate of a provider's
+// sender, until stop is closed or send returns false.
+func paced(stop <-chan struct{}, interval time.Duration, send func(i int) bool) {
+	pace := time.NewTicker(interval)
+	defer pace.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-pace.C:
+		}
+		if !send(i) {
+			return
 		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -38,47 +37,6 @@ const envPoolEndpoints = "HOOKKEEPER_E2E_POOL_ENDPOINTS"
 // scale a platform team with one endpoint per provider account, environment and team
 // reaches (Ready in 54 s on a quiet 2-core machine).
 const defaultPoolEndpoints = 200
-
-// ownSecretsSigningKey signs the webhooks of endpoints made by ownEndpoint.
-const ownSecretsSigningKey = "whsec_e2e_own_endpoints_secret"
-
-// ownEndpoint is an endpoint of the Stripe orders sample's shape named name, whose
-// Secrets are its spec's own (Secret e2e-own-signing and e2e-own-db, created once): the
-// sample's specs rotate and delete the sample's, and specs run in random order.
-func ownEndpoint(ctx context.Context, name string) *v1alpha1.WebhookEndpoint {
-	ns := session.Samples.Namespace
-	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-signing", Namespace: ns}, StringData: map[string]string{"current": ownSecretsSigningKey}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-own-db", Namespace: ns}, StringData: map[string]string{"uri": databaseURL}},
-	} {
-		if err := session.Samples.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
-			Expect(err).NotTo(HaveOccurred())
-		}
-	}
-	ep := &v1alpha1.WebhookEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	ep.Spec = *session.Samples.Endpoints[0].Spec.DeepCopy()
-	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{{SecretKeyRef: corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-signing"}, Key: "current"}}}
-	ep.Spec.Database.URLSecretRef = corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: "e2e-own-db"}, Key: "uri"}
-	ep.Spec.Exposure = nil
-	return ep
-}
-
-// createOwnEndpoint creates ownEndpoint(name), deletes it when the spec (or container)
-// ends, and waits up to ready for it to report Ready.
-func createOwnEndpoint(ctx context.Context, name string, ready time.Duration) *v1alpha1.WebhookEndpoint {
-	GinkgoHelper()
-	ep := ownEndpoint(ctx, name)
-	Expect(session.Samples.Client.Create(ctx, ep)).To(Succeed())
-	DeferCleanup(func(ctx SpecContext) { _ = session.Samples.Client.Delete(ctx, ep) })
-	Eventually(func(g Gomega) {
-		cur := &v1alpha1.WebhookEndpoint{}
-		g.Expect(session.Samples.Client.Get(ctx, client.ObjectKeyFromObject(ep), cur)).To(Succeed())
-		g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
-	}).WithContext(ctx).WithTimeout(ready).WithPolling(time.Second).Should(Succeed())
-	return ep
-}
 
 // One WebhookReceiverPool of two replicas serving many endpoints of the Stripe sample's
 // shape, each on its own path: every endpoint accepts a signed webhook, and adding,
@@ -230,24 +188,18 @@ var _ = Describe("a receiver pool", Ordered, func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			pace := time.NewTicker(20 * time.Millisecond)
-			defer pace.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-trafficCtx.Done():
-					return
-				case <-pace.C:
-				}
+			paced(trafficCtx.Done(), 20*time.Millisecond, func(i int) bool {
 				code, err := post(trafficCtx, busy, fmt.Sprintf("evt_%s_busy_%d", run, i))
 				if trafficCtx.Err() != nil {
-					return
+					return false
 				}
 				sent.Add(1)
 				if err != nil || code != http.StatusOK {
 					failed.Add(1)
 					lastFailure.Store(fmt.Sprintf("%d %v", code, err))
 				}
-			}
+				return true
+			})
 		}()
 		within := func(what string, f func(g Gomega)) {
 			begin := time.Now()

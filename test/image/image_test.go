@@ -12,7 +12,6 @@
 package image
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -425,51 +424,24 @@ func imageArchive(t *testing.T) string {
 	return filepath.Join(root, "bin", "hookkeeper-linux-amd64.oci.tar")
 }
 
-// archiveImageID reads index.json and the manifest in an OCI archive and returns the
-// config digest, which podman uses as the image ID.
+// archiveImageID returns the config digest of the one image in an OCI archive, which
+// podman uses as the image ID. It asks the image tool (`hookkeeper-image sizes`, built by
+// make image-test-archive), as the bench does for the image's size.
 func archiveImageID(t *testing.T, archive string) string {
 	t.Helper()
-	f, err := os.Open(archive)
+	tool := filepath.Join(testsupport.RepoRoot(t), "bin", "hookkeeper-image")
+	out, err := exec.Command(tool, "sizes", "-archive", archive, "-json").Output() //nolint:gosec // the repository's own tool
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s sizes -archive %s: %v (make image-test-archive builds the tool)", tool, archive, err)
 	}
-	defer func() { _ = f.Close() }()
-	small := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", archive, err)
-		}
-		if hdr.Typeflag == tar.TypeReg && hdr.Size < 1<<20 {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			small[strings.TrimPrefix(hdr.Name, "./")] = b
-		}
+	var images []struct {
+		Config string `json:"configDigest"`
 	}
-	type desc struct {
-		MediaType string `json:"mediaType"`
-		Digest    string `json:"digest"`
+	if err := json.Unmarshal(out, &images); err != nil || len(images) != 1 || images[0].Config == "" {
+		t.Fatalf("%s: want one image with its config digest, got %v (%s); a single-platform archive "+
+			"is expected, and a tool from make image-test-archive", archive, err, out)
 	}
-	var index struct {
-		Manifests []desc `json:"manifests"`
-	}
-	if err := json.Unmarshal(small["index.json"], &index); err != nil || len(index.Manifests) != 1 {
-		t.Fatalf("%s: want an index.json with one image, got %v (%s)", archive, err, small["index.json"])
-	}
-	var manifest struct {
-		Config desc `json:"config"`
-	}
-	blob := "blobs/" + strings.Replace(index.Manifests[0].Digest, ":", "/", 1)
-	if err := json.Unmarshal(small[blob], &manifest); err != nil || manifest.Config.Digest == "" {
-		t.Fatalf("%s: manifest %s: %v (a single-platform archive is expected)", archive, blob, err)
-	}
-	return strings.TrimPrefix(manifest.Config.Digest, "sha256:")
+	return strings.TrimPrefix(images[0].Config, "sha256:")
 }
 
 // randomLoopback is an address in 127.0.0.0/8 that nothing listens on at the

@@ -5,16 +5,10 @@
 package reliability
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +21,7 @@ import (
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
+	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 	"github.com/hookkeeper/hookkeeper/internal/receipt"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
@@ -68,34 +63,15 @@ func endpoint() *v1alpha1.WebhookEndpoint {
 	}
 }
 
-func signed(t *testing.T, url string, body []byte) *http.Request {
-	t.Helper()
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", "t="+ts+",v1="+hex.EncodeToString(mac.Sum(nil)))
-	return req
-}
-
 // refused counts deliveries that were not acknowledged (the crash window's 503s).
 var refused atomic.Int64
 
 // deliver sends one event until it is acknowledged, as a provider retries non-2xx.
-func deliver(t *testing.T, client *http.Client, url string, body []byte, deadline time.Time) bool {
+func deliver(client *http.Client, url string, body []byte, deadline time.Time) bool {
 	for time.Now().Before(deadline) {
-		resp, err := client.Do(signed(t, url, body))
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return true
-			}
+		code, err := demo.PostStripeWith(context.Background(), client, url, secret, body)
+		if err == nil && code/100 == 2 {
+			return true
 		}
 		refused.Add(1)
 		time.Sleep(20 * time.Millisecond) // a provider's retry interval, not a wait for a condition
@@ -155,7 +131,7 @@ func TestPostgresCrashUnderLoadLosesAndRepeatsNothing(t *testing.T) {
 					copies = 2
 				}
 				for range copies {
-					if !deliver(t, client, srv.URL, body, deadline) {
+					if !deliver(client, srv.URL, body, deadline) {
 						failures <- fmt.Sprintf("evt_%d_%d never acknowledged", s, i)
 						return
 					}
