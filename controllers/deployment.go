@@ -28,7 +28,7 @@ func (r *WebhookEndpointReconciler) resourceOptions(st *state) resources.Options
 // reconcileServiceAccount gives the pods an identity without an API token. It comes
 // before the migration Job, whose pod runs under it.
 func (r *WebhookEndpointReconciler) reconcileServiceAccount(ctx context.Context, st *state) error {
-	_, err := r.apply(ctx, st.ep, resources.ServiceAccount(st.ep))
+	_, err := r.apply(ctx, st.ep, resources.EndpointReceivers(st.ep, r.resourceOptions(st)).ServiceAccount())
 	return err
 }
 
@@ -138,7 +138,7 @@ func (r *WebhookEndpointReconciler) reconcileService(ctx context.Context, st *st
 	if st.ep.Spec.Receiver.PoolRef != nil {
 		return nil
 	}
-	_, err := r.apply(ctx, st.ep, resources.Service(st.ep))
+	_, err := r.apply(ctx, st.ep, resources.EndpointReceivers(st.ep, r.resourceOptions(st)).Service())
 	if err == nil {
 		st.url = resources.InClusterURL(st.ep)
 	}

@@ -141,8 +141,7 @@ func (e *env) testInstalledRole(t *testing.T, cfg *rest.Config) {
 		}
 	}()
 
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := e.ready(t, validEndpoint(ns, "orders"))
 	d := &appsv1.Deployment{}
 	if err := e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), d); err != nil {
@@ -169,8 +168,7 @@ func (e *env) testWithoutFinalizers(t *testing.T, cfg *rest.Config) {
 		Client: operator, Scheme: e.scheme, APIReader: operator,
 		Options: controllers.Options{ReceiverImage: testImage, KeyNamespace: devcluster.OperatorNamespace},
 	}
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := e.create(t, validEndpoint(ns, "orders"))
 
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)

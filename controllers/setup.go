@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,29 +43,20 @@ const EndpointWorkers = 4
 // are watched from the first reconcile that finds their CRD, so the manager starts
 // whether or not they are installed.
 func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Scheme == nil {
-		r.Scheme = mgr.GetScheme()
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
+	r.Scheme = cmp.Or(r.Scheme, mgr.GetScheme())
+	r.APIReader = cmp.Or(r.APIReader, mgr.GetAPIReader())
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.WebhookEndpoint{},
 		referenceIndexField, indexSecretNames); err != nil {
 		return fmt.Errorf("index WebhookEndpoints by Secret name: %w", err)
 	}
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("webhookendpoint").
 		WithOptions(controller.Options{MaxConcurrentReconciles: EndpointWorkers}).
 		For(&v1alpha1.WebhookEndpoint{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&batchv1.Job{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
-		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&networkingv1.Ingress{}).
+		Owns(&corev1.ServiceAccount{})
+	c, err := ownsReceiverKinds(b).
 		// Metadata only: a changed resourceVersion is all the watch needs to say, and the
 		// cache then holds no Secret values (see CacheOptions).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.endpointsForSecret)).
@@ -78,6 +70,19 @@ func (r *WebhookEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.cache = mgr.GetCache()
 	r.watching = map[string]bool{}
 	return nil
+}
+
+// ownsReceiverKinds makes b watch the kinds a receiver is made of (Deployment,
+// Service, PodDisruptionBudget, HorizontalPodAutoscaler, NetworkPolicy, Ingress) when
+// b's kind owns them: a dedicated endpoint's receiver and a pool's alike.
+func ownsReceiverKinds(b *builder.Builder) *builder.Builder {
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
+		&autoscalingv2.HorizontalPodAutoscaler{}, &networkingv1.NetworkPolicy{}, &networkingv1.Ingress{},
+	} {
+		b = b.Owns(obj)
+	}
+	return b
 }
 
 // ensureWatch starts watching obj's kind (owned by a WebhookEndpoint) once; the caller
@@ -120,32 +125,17 @@ func AddToScheme(s *runtime.Scheme) error {
 // the manager's client, scheme, API reader and an events.k8s.io recorder: the one call
 // the manager command and the local dev cluster make.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	r := &WebhookEndpointReconciler{
-		Client:    mgr.GetClient(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder(FieldOwner),
-		APIReader: mgr.GetAPIReader(),
-		Options:   opts,
+	c, scheme, recorder, reader := mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorder(FieldOwner), mgr.GetAPIReader()
+	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
+		&WebhookEndpointReconciler{Client: c, Scheme: scheme, Recorder: recorder, APIReader: reader, Options: opts},
+		&WebhookReceiverPoolReconciler{Client: c, Scheme: scheme, Recorder: recorder, APIReader: reader, Options: opts},
+		&WebhookReplayReconciler{Client: c, APIReader: reader, Recorder: recorder},
+	} {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	pools := &WebhookReceiverPoolReconciler{
-		Client:    mgr.GetClient(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder(FieldOwner),
-		APIReader: mgr.GetAPIReader(),
-		Options:   opts,
-	}
-	if err := pools.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	replays := &WebhookReplayReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder(FieldOwner),
-	}
-	return replays.SetupWithManager(mgr)
+	return nil
 }
 
 // RunInProcess runs the operator inside the calling process until ctx ends, as the

@@ -115,8 +115,7 @@ VALUES ($1, $2, $3, 'order.paid', $2, '{}')`, tables.Outbox), key, fmt.Sprintf("
 // does not hold Ready back: it says nothing about the endpoint.
 func TestSinkHealthUnknownDoesNotBlockReady(t *testing.T) {
 	e := startEnv(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns) // the database URL names db.example, which does not resolve
+	ns := e.namespaceWithSecrets(t) // the database URL names db.example, which does not resolve
 	cur := e.ready(t, validEndpoint(ns, "orders"))
 	c := condition(cur, v1alpha1.ConditionSinkHealthy)
 	NewWithT(t).Expect(c.Status).To(Equal(metav1.ConditionUnknown), "%+v", c)

@@ -229,11 +229,13 @@ func keyRef(name, key string) corev1.SecretKeySelector {
 	return corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key}
 }
 
-// withSecrets creates the Secrets a validEndpoint references.
-func (e *env) withSecrets(t *testing.T, ns string) {
+// namespaceWithSecrets creates a namespace with the Secrets a validEndpoint references.
+func (e *env) namespaceWithSecrets(t *testing.T) string {
 	t.Helper()
+	ns := e.namespace(t)
 	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current", "previous": "whsec_previous"})
 	e.secret(t, ns, "db-app", map[string]string{"uri": "postgres://app@db.example:5432/app"})
+	return ns
 }
 
 func validEndpoint(ns, name string) *v1alpha1.WebhookEndpoint {

@@ -2,6 +2,8 @@ package controllers_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,6 +33,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/controllers"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
@@ -92,8 +96,7 @@ func ownedBy(t *testing.T, obj client.Object, ep *v1alpha1.WebhookEndpoint) {
 
 func (e *env) testLifecycle(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := e.create(t, validEndpoint(ns, "orders"))
 
 	// The migration Job comes first; the Deployment waits for it.
@@ -239,8 +242,7 @@ func (e *env) noReceiverObjects(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
 }
 
 func (e *env) testInvalidConfig(t *testing.T) {
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "bad-cel")
 	ep.Spec.Event.EntityKey = "body.data.object.metadata.client_txn_id +"
 	e.create(t, ep)
@@ -295,8 +297,7 @@ func (e *env) deployment(g Gomega, ep *v1alpha1.WebhookEndpoint) *appsv1.Deploym
 
 func (e *env) testRotation(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	e.secret(t, ns, "unrelated", map[string]string{"x": "1"})
 	ep := e.ready(t, validEndpoint(ns, "rotate"))
 	hash0 := configHash(e.deployment(g, ep))
@@ -336,8 +337,7 @@ func (e *env) testRotation(t *testing.T) {
 
 func (e *env) testExpiry(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "expiry")
 	expiresAt := metav1.NewTime(time.Now().Add(8 * time.Second).Truncate(time.Second))
 	ep.Spec.SigningSecrets = []v1alpha1.SigningSecret{
@@ -367,8 +367,7 @@ func (e *env) testExpiry(t *testing.T) {
 
 func (e *env) testMigrationFailure(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := e.create(t, validEndpoint(ns, "migfail"))
 	job := &batchv1.Job{}
 	g.Eventually(func() error {
@@ -482,8 +481,7 @@ func (e *env) noReceiverObjectsExceptJob(t *testing.T, ep *v1alpha1.WebhookEndpo
 
 func (e *env) testNetworkPolicy(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "fenced")
 	ep.Spec.NetworkPolicy = v1alpha1.NetworkPolicySpec{
 		Enabled:     ptr.To(true),
@@ -506,8 +504,7 @@ func (e *env) testNetworkPolicy(t *testing.T) {
 
 func (e *env) testIngress(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "ing")
 	ep.Spec.Exposure = &v1alpha1.ExposureSpec{Ingress: &v1alpha1.IngressExposure{
 		ClassName: "nginx", Host: "hooks.example.com", TLSSecretName: "hooks-tls",
@@ -571,8 +568,7 @@ func monitoringObject(kind, ns, name string) *unstructured.Unstructured {
 
 func (e *env) testMonitoring(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	mon := validEndpoint(ns, "mon")
 	mon.Spec.Monitoring.Labels = map[string]v1alpha1.LabelValue{"release": "prom-payments", "team": "payments"}
 	ep := e.ready(t, mon)
@@ -620,8 +616,7 @@ func (e *env) testMonitoring(t *testing.T) {
 
 func (e *env) testHTTPRoute(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "route")
 	ep.Spec.Exposure = &v1alpha1.ExposureSpec{HTTPRoute: &v1alpha1.HTTPRouteExposure{
 		ParentRefs: []v1alpha1.ParentReference{{Name: "public", Namespace: "gateways", SectionName: "https"}},
@@ -703,8 +698,7 @@ func (e *env) updateEndpoint(g Gomega, ep *v1alpha1.WebhookEndpoint, mutate func
 // hash changes) without scaling them down, and the endpoint is Ready again afterwards.
 func (e *env) testDatabaseSecretRotationRollsPods(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := e.ready(t, validEndpoint(ns, "dbrot"))
 	d := &appsv1.Deployment{}
 	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), d)).To(Succeed())
@@ -740,8 +734,7 @@ func (e *env) testDatabaseSecretRotationRollsPods(t *testing.T) {
 // gone, the endpoint creates its own and the reason clears.
 func (e *env) testForeignObjectsAreNotTakenOver(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	service := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders-receiver", Namespace: ns},
 		Spec: corev1.ServiceSpec{
@@ -798,8 +791,7 @@ func (e *env) testForeignObjectsAreNotTakenOver(t *testing.T) {
 // words, not only the operator's log, and clears once the write goes through.
 func (e *env) testFailedStepIsReported(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	name := "freeze-netpol-" + ns
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -865,8 +857,7 @@ func (e *env) testFailedStepIsReported(t *testing.T) {
 // ScaledToZero and Ready says so, never "receiving webhooks at ...".
 func (e *env) testScaledToZeroIsNotReady(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "paused")
 	ep.Spec.Receiver.Replicas = ptr.To[int32](0)
 	ep = e.create(t, ep)
@@ -890,8 +881,7 @@ func (e *env) testScaledToZeroIsNotReady(t *testing.T) {
 // or pod; an allowed one (a prefix entry) runs.
 func (e *env) testImageOverrideNeedsAllowing(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "exfil")
 	ep.Spec.Receiver.Image = "attacker.example/exfil:1"
 	ep = e.create(t, ep)
@@ -931,4 +921,276 @@ func (e *env) expectEventOn(t *testing.T, ns, name, eventType, reason, text stri
 		}
 		g.Expect(notes).To(ContainElement(ContainSubstring(text)))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// testSecretsNotCached runs after the scenarios above (rotation included, which rolls
+// the pods through the Secret watch): through all of them the manager read and watched
+// Secrets as metadata only, never as full objects, and the metadata it caches carries no
+// annotations (kubectl's last-applied-configuration holds a Secret's data).
+func (e *env) testSecretsNotCached(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "applied", Namespace: ns, Annotations: map[string]string{
+			"kubectl.kubernetes.io/last-applied-configuration": `{"apiVersion":"v1","kind":"Secret","data":{"current":"d2hzZWNfbGVhaw=="},"stringData":{"x":"whsec_leak"}}`,
+		}},
+		Data: map[string][]byte{"current": []byte("whsec_leak")},
+	}
+	g.Expect(e.k8s.Create(e.ctx, s)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		g.Expect(e.cache.Get(e.ctx, client.ObjectKeyFromObject(s), m)).To(Succeed())
+		g.Expect(m.ResourceVersion).To(Equal(s.ResourceVersion))
+		g.Expect(m.Annotations).To(BeEmpty(), "annotations of a Secret in the cache")
+		g.Expect(m.ManagedFields).To(BeEmpty(), "managed fields of a Secret in the cache")
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	full, metadata := e.cacheUse.counts("Secret")
+	g.Expect(full).To(BeZero(), "the manager read or watched full Secrets through its cache")
+	g.Expect(metadata).To(BeNumerically(">", 0), "the manager watches Secret metadata")
+}
+
+// testKeyedHashes: the config hash on the pod template and the migration hash on the Job
+// are HMACs under the install's key (a Secret the operator created in its namespace),
+// not a plain SHA-256 anyone who can read a Deployment could test guesses against.
+func (e *env) testKeyedHashes(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespaceWithSecrets(t)
+	ep := e.ready(t, validEndpoint(ns, "keyed"))
+	cur := e.endpoint(g, ep)
+
+	keySecret := &corev1.Secret{}
+	g.Expect(e.k8s.Get(e.ctx, key(controllers.DefaultKeyNamespace, controllers.HashKeySecretName), keySecret)).To(Succeed())
+	hashKey := keySecret.Data["key"]
+	g.Expect(hashKey).To(HaveLen(resources.HashKeyBytes))
+	g.Expect(keySecret.Immutable).To(HaveValue(BeTrue()))
+
+	rendered, err := resources.Render(cur, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	values := map[string][]byte{"stripe/current": []byte("whsec_current"), "db-app/uri": []byte("postgres://app@db.example:5432/app")}
+	got := configHash(e.deployment(g, ep))
+	g.Expect(got).To(Equal(resources.ConfigHash(hashKey, rendered, values)), "config hash keyed by the install's key")
+	parts := [][]byte{rendered.JSON}
+	for _, ref := range rendered.Refs {
+		id := ref.Name + "/" + ref.Key
+		parts = append(parts, []byte(ref.EnvVar), []byte(id), values[id])
+	}
+	g.Expect(got).NotTo(Equal(testsupport.UnkeyedHash(8, parts...)), "config hash is the plain SHA-256 of config and secret values")
+	for _, v := range values {
+		sum := sha256.Sum256(v)
+		g.Expect(got).NotTo(Equal(hex.EncodeToString(sum[:])))
+	}
+
+	job := &batchv1.Job{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), job)).To(Succeed())
+	migration := job.Annotations[resources.AnnotationMigrationHash]
+	db := cur.Spec.Database
+	g.Expect(migration).To(Equal(resources.MigrationHash(hashKey, cur, resources.Options{Image: testImage}, values["db-app/uri"])))
+	g.Expect(migration).NotTo(Equal(testsupport.UnkeyedHash(4, []byte(db.Schema), []byte(testImage),
+		[]byte(db.URLSecretRef.Name), []byte(db.URLSecretRef.Key), values["db-app/uri"])),
+		"migration hash is the plain SHA-256 of the database URL")
+
+	// The migration hash still moves with the database URL: a new URL runs the
+	// migration again (and the pods roll once it completed).
+	s := &corev1.Secret{}
+	g.Expect(e.k8s.Get(e.ctx, key(ns, "db-app"), s)).To(Succeed())
+	newURL := []byte("postgres://app@db2.example:5432/app")
+	s.Data["uri"] = newURL
+	g.Expect(e.k8s.Update(e.ctx, s)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		job := &batchv1.Job{}
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), job)).To(Succeed())
+		g.Expect(job.Annotations[resources.AnnotationMigrationHash]).To(
+			Equal(resources.MigrationHash(hashKey, cur, resources.Options{Image: testImage}, newURL)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	e.completeJob(t, ep)
+	values["db-app/uri"] = newURL
+	g.Eventually(func(g Gomega) {
+		g.Expect(configHash(e.deployment(g, ep))).To(Equal(resources.ConfigHash(hashKey, rendered, values)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(resources.ConfigHash(hashKey, rendered, values)).NotTo(Equal(got))
+}
+
+// testKeyNamesStayPrivate: a missing key is reported by its own name only; the other
+// keys of the Secret (whose names can say what it holds) appear neither in status nor
+// in Events.
+func (e *env) testKeyNamesStayPrivate(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	e.secret(t, ns, "stripe", map[string]string{"previous": "whsec_previous", "prod-admin-api-token": "rk_live_x"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": "postgres://db/app"})
+	ep := e.create(t, validEndpoint(ns, "key-names"))
+
+	cur := e.waitCondition(t, ep, v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, controllers.ReasonKeyNotFound)
+	msg := condition(cur, v1alpha1.ConditionSecretsResolved).Message
+	g.Expect(msg).To(ContainSubstring(`has no key "current"`))
+	for _, other := range []string{"previous", "prod-admin-api-token"} {
+		g.Expect(msg).NotTo(ContainSubstring(other), "status names another key of the Secret")
+		for _, c := range cur.Status.Conditions {
+			g.Expect(c.Message).NotTo(ContainSubstring(other), "condition %s", c.Type)
+		}
+	}
+	g.Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+		found := false
+		for _, ev := range list.Items {
+			if ev.Reason != controllers.EventSecretMissing {
+				continue
+			}
+			found = true
+			g.Expect(ev.Note).To(ContainSubstring(`has no key "current"`))
+			g.Expect(strings.Contains(ev.Note, "previous") || strings.Contains(ev.Note, "prod-admin-api-token")).
+				To(BeFalse(), "Event names another key of the Secret: %s", ev.Note)
+		}
+		g.Expect(found).To(BeTrue(), "a SecretMissing event")
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// testMigrationSkippedWhenCurrent: on a database whose schema is already at this
+// operator's version the endpoint counts as migrated without a Job and its receivers
+// start; a schema behind, or a receiver image of another version, still gets its Job;
+// a second endpoint on a schema whose Job runs waits for that Job and runs none.
+func (e *env) testMigrationSkippedWhenCurrent(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespace(t)
+	dbURL := testsupport.MigratedDatabase(t, v1alpha1.DefaultSchema)
+	// A schema an older hookkeeper migrated to version 1.
+	conn, err := pgx.Connect(e.ctx, dbURL)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = conn.Close(e.ctx) }()
+	_, err = conn.Exec(e.ctx, `CREATE SCHEMA behind;
+CREATE TABLE behind.goose_db_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL, tstamp timestamp DEFAULT now());
+INSERT INTO behind.goose_db_version (version_id, is_applied) VALUES (0, true), (1, true)`)
+	g.Expect(err).NotTo(HaveOccurred())
+	e.secret(t, ns, "stripe", map[string]string{"current": "whsec_current"})
+	e.secret(t, ns, "db-app", map[string]string{"uri": dbURL})
+
+	current := e.create(t, validEndpoint(ns, "current"))
+	cur := e.waitCondition(t, current, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+	g.Expect(condition(cur, v1alpha1.ConditionDatabaseMigrated).Message).To(ContainSubstring("no Job needed"))
+	g.Expect(cur.Status.SchemaVersion).To(Equal(store.SchemaVersion))
+	err = e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(current)), &batchv1.Job{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no migration Job for a schema at this version: %v", err)
+	g.Eventually(func() error {
+		return e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(current)), &appsv1.Deployment{})
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	behind := validEndpoint(ns, "behind")
+	behind.Spec.Database.Schema = "behind"
+	pinned := validEndpoint(ns, "pinned")
+	pinned.Spec.Receiver.Image = "registry.example/hookkeeper-receiver:v9.9.9"
+	for _, ep := range []*v1alpha1.WebhookEndpoint{behind, pinned} {
+		e.create(t, ep)
+		e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrating)
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(ep)), &batchv1.Job{})).To(Succeed(), ep.Name)
+	}
+
+	// Another endpoint on the schema behind's Job migrates waits for that Job.
+	second := validEndpoint(ns, "behind-too")
+	second.Spec.Database.Schema = "behind"
+	e.create(t, second)
+	cur = e.waitCondition(t, second, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionFalse, controllers.ReasonMigrating)
+	g.Expect(condition(cur, v1alpha1.ConditionDatabaseMigrated).Message).To(ContainSubstring(
+		"migration Job " + resources.MigrationJobName(behind) + ", which migrates the same schema"))
+	err = e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(second)), &batchv1.Job{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no second Job while one migrates the schema: %v", err)
+	// That Job migrates the schema and completes: the waiting endpoint finds it current.
+	_, err = conn.Exec(e.ctx, `INSERT INTO behind.goose_db_version (version_id, is_applied) VALUES ($1, true)`, store.SchemaVersion)
+	g.Expect(err).NotTo(HaveOccurred())
+	e.completeJob(t, behind)
+	cur = e.waitCondition(t, second, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+	g.Expect(condition(cur, v1alpha1.ConditionDatabaseMigrated).Message).To(ContainSubstring("no Job needed"))
+	err = e.k8s.Get(e.ctx, key(ns, resources.MigrationJobName(second)), &batchv1.Job{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Job after the other completed: %v", err)
+}
+
+// An endpoint whose receiver replicas are unavailable says what holds its pods back,
+// in the order a person fixes it: the scheduler's words, the image that cannot be
+// pulled, the crash and its last termination message, or readiness; not a generic
+// "check the pods".
+func (e *env) testReceiverPodsCause(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespaceWithSecrets(t)
+	ep := e.create(t, validEndpoint(ns, "podcause"))
+	e.completeJob(t, ep)
+	e.waitCondition(t, ep, v1alpha1.ConditionDatabaseMigrated, metav1.ConditionTrue, controllers.ReasonMigrated)
+
+	// Play the Deployment controller: every replica created, none available.
+	d := &appsv1.Deployment{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.k8s.Get(e.ctx, key(ns, resources.ReceiverName(ep)), d)).To(Succeed())
+		n := *d.Spec.Replicas
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n}
+		g.Expect(e.k8s.Status().Update(e.ctx, d)).To(Succeed())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// Play the scheduler and the kubelet on two pods of the Deployment.
+	pods := make([]*corev1.Pod, 2)
+	for i := range pods {
+		pods[i] = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: d.Name + "-", Namespace: ns, Labels: d.Spec.Template.Labels},
+			Spec:       *d.Spec.Template.Spec.DeepCopy(),
+		}
+		g.Expect(e.k8s.Create(e.ctx, pods[i])).To(Succeed())
+	}
+	setStatus := func(pod *corev1.Pod, status corev1.PodStatus) {
+		t.Helper()
+		g.Expect(e.k8s.Get(e.ctx, key(ns, pod.Name), pod)).To(Succeed())
+		pod.Status = status
+		g.Expect(e.k8s.Status().Update(e.ctx, pod)).To(Succeed())
+	}
+	expect := func(reason string, parts ...string) {
+		t.Helper()
+		e.reconcileNow(t, ep)
+		c := condition(e.endpoint(g, ep), v1alpha1.ConditionReceiverAvailable)
+		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(c.Reason).To(Equal(reason), c.Message)
+		for _, p := range parts {
+			g.Expect(c.Message).To(ContainSubstring(p))
+		}
+		g.Expect(c.Message).NotTo(ContainSubstring("\n"))
+	}
+	now := metav1.Now()
+	running := func(cs corev1.ContainerStatus) corev1.PodStatus {
+		return corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{cs},
+		}
+	}
+	image := d.Spec.Template.Spec.Containers[0].Image
+
+	// Neither pod has a status yet: the Deployment's own words.
+	expect(controllers.ReasonUnavailable, "0 of 2 replicas available")
+
+	setStatus(pods[0], running(corev1.ContainerStatus{Name: "receiver", Image: image,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff",
+			Message: "Back-off pulling image \"" + image + "\""}}}))
+	expect(controllers.ReasonImagePull, "1 of 2 receiver pod(s) cannot pull image "+image, pods[0].Name, "ImagePullBackOff")
+
+	// Unschedulable comes first: nothing else can be fixed on a pod with no node.
+	setStatus(pods[1], corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, LastTransitionTime: now,
+		Message: "0/1 nodes are available: 1 Insufficient cpu.\npreemption: 0/1 nodes are available",
+	}}})
+	expect(controllers.ReasonUnschedulable, "1 of 2 receiver pod(s) cannot be scheduled", pods[1].Name, "1 Insufficient cpu. preemption")
+
+	crash := corev1.ContainerStatus{Name: "receiver", Image: image, RestartCount: 4,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 1, Reason: "Error", Message: "open database: connect: connection refused\n"}}}
+	setStatus(pods[0], running(crash))
+	setStatus(pods[1], running(crash))
+	expect(controllers.ReasonCrashLooping, "2 of 2 receiver pod(s) keep crashing", "restarted 4 times, last exit code 1: open database: connect: connection refused")
+
+	ready := corev1.ContainerStatus{Name: "receiver", Image: image, Ready: false,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
+	setStatus(pods[0], running(ready))
+	setStatus(pods[1], running(ready))
+	expect(controllers.ReasonNotReady, "2 of 2 receiver pod(s) run but are not ready", "/readyz")
 }

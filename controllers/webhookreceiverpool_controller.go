@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -430,21 +431,12 @@ func (r *WebhookReceiverPoolReconciler) summarize(pool *v1alpha1.WebhookReceiver
 // and the Secrets those endpoints reference (metadata only, through the endpoints'
 // Secret index).
 func (r *WebhookReceiverPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Scheme == nil {
-		r.Scheme = mgr.GetScheme()
-	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
-	err := ctrl.NewControllerManagedBy(mgr).
+	r.Scheme = cmp.Or(r.Scheme, mgr.GetScheme())
+	r.APIReader = cmp.Or(r.APIReader, mgr.GetAPIReader())
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("webhookreceiverpool").
-		For(&v1alpha1.WebhookReceiverPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
-		Owns(&networkingv1.Ingress{}).
-		Owns(&networkingv1.NetworkPolicy{}).
+		For(&v1alpha1.WebhookReceiverPool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	err := ownsReceiverKinds(b).
 		// What the pool renders comes from its endpoints' spec; of their status it lists
 		// only Ready. Other status writes (several per endpoint as it turns Ready) do not
 		// concern it: with 200 endpoints each one re-rendered all 200.

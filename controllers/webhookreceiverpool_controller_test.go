@@ -230,8 +230,7 @@ VALUES ($1, 'shared-pool-0', 'shared', true, $2, now())`, ns+"/orders", hex.Enco
 // Deployment's replicas are then the HPA's, and removing autoscaling removes it.
 func (e *env) testAutoscaling(t *testing.T) {
 	g := NewWithT(t)
-	ns := e.namespace(t)
-	e.withSecrets(t, ns)
+	ns := e.namespaceWithSecrets(t)
 	ep := validEndpoint(ns, "busy")
 	ep.Spec.Receiver.Autoscaling = &v1alpha1.AutoscalingSpec{MinReplicas: ptr.To[int32](3), MaxReplicas: 10}
 	e.create(t, ep)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,9 +99,7 @@ type WebhookReplayReconciler struct {
 // SetupWithManager registers the reconciler, the endpointRef index and the watch on
 // WebhookEndpoints (a replay waiting for its endpoint starts when it appears).
 func (r *WebhookReplayReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
+	r.APIReader = cmp.Or(r.APIReader, mgr.GetAPIReader())
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.WebhookReplay{}, replayEndpointIndex,
 		func(obj client.Object) []string {
 			if wr, ok := obj.(*v1alpha1.WebhookReplay); ok {

@@ -7,6 +7,7 @@ import (
 	"os/user"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/outbox"
@@ -18,9 +19,8 @@ func init() { rootCmd.AddCommand(newDiscardCmd()) }
 type discardFlags struct {
 	endpointFlags
 	selectionFlags
+	recordFlags
 	deadLetters bool
-	reason      string
-	actor       string
 }
 
 func newDiscardCmd() *cobra.Command {
@@ -47,32 +47,39 @@ before now ("24h").`,
 		return runDiscard(ctx, f, name, stdout, stderr)
 	})
 	fl.BoolVar(&f.deadLetters, "dead-letters", false, "discard dead-lettered outbox rows (required: what is discarded)")
-	fl.StringVar(&f.reason, "reason", "", "why these dead letters will not be delivered; recorded (required)")
-	fl.StringVar(&f.actor, "actor", "", "who decides, recorded with the reason (default: the OS user)")
+	addRecordFlags(fl, &f.recordFlags, "why these dead letters will not be delivered", "who decides")
 	addSelectionFlags(fl, &f.selectionFlags, "dead-lettered", "outbox ids", "discarded")
 	return cmd
 }
 
 func runDiscard(ctx context.Context, f discardFlags, name string, stdout, stderr io.Writer) error {
-	if err := f.check(name); err != nil {
-		return err
-	}
 	p := replay.Params{
 		Action:      v1alpha1.ReplayActionDiscard,
 		DeadLetters: f.deadLetters,
-		Discard:     outbox.Discard{Actor: f.actor, Reason: f.reason},
+		Discard:     outbox.Discard{Actor: f.actorOrOSUser(), Reason: f.reason},
 	}
-	if p.Discard.Actor == "" {
-		p.Discard.Actor = osUser()
+	return runOnEndpoint(ctx, f.endpointFlags, &f.selectionFlags, "discarded", name, p, stdout, stderr)
+}
+
+// recordFlags are --reason and --actor of a command whose runs the endpoint's schema
+// records (discard, erase).
+type recordFlags struct {
+	reason string
+	actor  string
+}
+
+// addRecordFlags registers recordFlags on fl; why and who begin their help.
+func addRecordFlags(fl *pflag.FlagSet, f *recordFlags, why, who string) {
+	fl.StringVar(&f.reason, "reason", "", why+"; recorded (required)")
+	fl.StringVar(&f.actor, "actor", "", who+", recorded with the reason (default: the OS user)")
+}
+
+// actorOrOSUser is --actor, else the OS user.
+func (f recordFlags) actorOrOSUser() string {
+	if f.actor != "" {
+		return f.actor
 	}
-	// Refuse a missing reason or actor before reading the cluster or the database.
-	if err := p.Check(replay.FlagNames); err != nil {
-		return err
-	}
-	if err := f.apply(&p, "discarded", stdout, stderr); err != nil {
-		return err
-	}
-	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
+	return osUser()
 }
 
 // osUser is the name of the user running the command, "" when unknown.

@@ -16,9 +16,8 @@ func init() { rootCmd.AddCommand(newEraseCmd()) }
 
 type eraseFlags struct {
 	endpointFlags
+	recordFlags
 	entity string
-	reason string
-	actor  string
 	dryRun bool
 }
 
@@ -43,31 +42,21 @@ user), when, the reason and how many rows. Running it again removes nothing and 
 recorded again. --dry-run counts and changes nothing. spec.retention removes every
 payload after retention.payloadFor on its own.`,
 	}
-	fl := endpointCommand(cmd, &f.endpointFlags, func(ctx context.Context, name string, stdout, _ io.Writer) error {
-		return runErase(ctx, f, name, stdout)
+	fl := endpointCommand(cmd, &f.endpointFlags, func(ctx context.Context, name string, stdout, stderr io.Writer) error {
+		return runErase(ctx, f, name, stdout, stderr)
 	})
 	fl.StringVar(&f.entity, "entity", "", "the entity key whose events' payloads are removed (required)")
-	fl.StringVar(&f.reason, "reason", "", "why, e.g. the request's ticket; recorded (required)")
-	fl.StringVar(&f.actor, "actor", "", "who asks, recorded with the reason (default: the OS user)")
+	addRecordFlags(fl, &f.recordFlags, "why, e.g. the request's ticket", "who asks")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "count what would be removed, change and record nothing")
 	return cmd
 }
 
-func runErase(ctx context.Context, f eraseFlags, name string, stdout io.Writer) error {
-	if err := f.check(name); err != nil {
-		return err
-	}
+func runErase(ctx context.Context, f eraseFlags, name string, stdout, stderr io.Writer) error {
 	p := replay.Params{
 		Action:  v1alpha1.ReplayActionErase,
-		Erasure: retention.Erasure{EntityKey: f.entity, Actor: f.actor, Reason: f.reason},
+		Erasure: retention.Erasure{EntityKey: f.entity, Actor: f.actorOrOSUser(), Reason: f.reason},
 		Options: outbox.ReplayOptions{DryRun: f.dryRun},
 	}
-	if p.Erasure.Actor == "" {
-		p.Erasure.Actor = osUser()
-	}
-	// Refuse an incomplete request before reading the cluster or the database.
-	if err := p.Check(replay.FlagNames); err != nil {
-		return err
-	}
-	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
+	// No selection flags: erase selects by --entity.
+	return runOnEndpoint(ctx, f.endpointFlags, nil, "", name, p, stdout, stderr)
 }

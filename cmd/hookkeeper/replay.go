@@ -110,27 +110,33 @@ selected rows and changes nothing. Times are RFC 3339 or a duration before now (
 }
 
 func runReplay(ctx context.Context, f replayFlags, name string, stdout, stderr io.Writer) error {
-	if err := f.check(name); err != nil {
-		return err
-	}
 	p := replay.Params{
 		Action:      v1alpha1.ReplayActionReplay,
 		DeadLetters: f.deadLetters,
 		Receipts:    f.receipts,
 		Selection:   outbox.Selection{Outcomes: f.outcomes},
 	}
+	return runOnEndpoint(ctx, f.endpointFlags, &f.selectionFlags, "replayed", name, p, stdout, stderr)
+}
+
+// runOnEndpoint is what replay, discard and erase do once each has built its params p:
+// it refuses NAME with --endpoint, incomplete params (a missing reason or actor) and a
+// bad selection before reading the cluster or the database, sets p's selection and
+// options from sel (nil for a command without selection flags; verb as in
+// replayOptions), then opens the endpoint's database, runs p on it and prints the
+// summary.
+func runOnEndpoint(ctx context.Context, f endpointFlags, sel *selectionFlags, verb, name string, p replay.Params, stdout, stderr io.Writer) error {
+	if err := f.check(name); err != nil {
+		return err
+	}
 	if err := p.Check(replay.FlagNames); err != nil {
 		return err
 	}
-	if err := f.apply(&p, "replayed", stdout, stderr); err != nil {
-		return err
+	if sel != nil {
+		if err := sel.apply(&p, verb, stdout, stderr); err != nil {
+			return err
+		}
 	}
-	return runOnEndpoint(ctx, f.endpointFlags, name, p, stdout)
-}
-
-// runOnEndpoint opens the endpoint's database, runs p on it and prints the summary:
-// what replay, discard and erase do once each has built and checked its params.
-func runOnEndpoint(ctx context.Context, f endpointFlags, name string, p replay.Params, stdout io.Writer) error {
 	db, err := openEndpointDB(ctx, f, name)
 	if err != nil {
 		return err

@@ -106,27 +106,21 @@ func (r envResolver) valueFrom(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	switch {
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
-		s, found, err := getOptional(ctx, r.client.CoreV1().Secrets(pod.Namespace).Get, "secret", ref.Name, ref.Optional)
-		if err != nil || !found {
-			return "", false, err
-		}
-		if v, ok := s.Data[ref.Key]; ok {
-			return string(v), true, nil
-		}
-		return missingKey("secret", ref.Name, ref.Key, ref.Optional)
+		return keyValue(ctx, r.client.CoreV1().Secrets(pod.Namespace).Get, "secret", ref.Name, ref.Key, ref.Optional,
+			func(s *corev1.Secret) (string, bool) {
+				v, ok := s.Data[ref.Key]
+				return string(v), ok
+			})
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
-		cm, found, err := getOptional(ctx, r.client.CoreV1().ConfigMaps(pod.Namespace).Get, "configMap", ref.Name, ref.Optional)
-		if err != nil || !found {
-			return "", false, err
-		}
-		if v, ok := cm.Data[ref.Key]; ok {
-			return v, true, nil
-		}
-		if bv, ok := cm.BinaryData[ref.Key]; ok {
-			return string(bv), true, nil
-		}
-		return missingKey("configMap", ref.Name, ref.Key, ref.Optional)
+		return keyValue(ctx, r.client.CoreV1().ConfigMaps(pod.Namespace).Get, "configMap", ref.Name, ref.Key, ref.Optional,
+			func(cm *corev1.ConfigMap) (string, bool) {
+				if v, ok := cm.Data[ref.Key]; ok {
+					return v, true
+				}
+				v, ok := cm.BinaryData[ref.Key]
+				return string(v), ok
+			})
 	case src.FieldRef != nil:
 		v, err := podField(pod, src.FieldRef.FieldPath, podIP, hostIP)
 		if err != nil {
@@ -261,9 +255,18 @@ func getOptional[T any](ctx context.Context, get func(context.Context, string, m
 	}
 }
 
-// missingKey is valueFrom's answer for a key the ConfigMap or Secret (kind) lacks: the
-// variable is left unset when the reference is optional, else it is an error.
-func missingKey(kind, name, key string, optional *bool) (string, bool, error) {
+// keyValue is valueFrom's answer for key of the ConfigMap or Secret (kind) name, read
+// with get (getOptional) and looked up with value. The variable is left unset when an
+// optional object or key is absent; a missing key of a required reference is an error.
+func keyValue[T any](ctx context.Context, get func(context.Context, string, metav1.GetOptions) (T, error),
+	kind, name, key string, optional *bool, value func(T) (string, bool)) (string, bool, error) {
+	obj, found, err := getOptional(ctx, get, kind, name, optional)
+	if err != nil || !found {
+		return "", false, err
+	}
+	if v, ok := value(obj); ok {
+		return v, true, nil
+	}
 	if isOptional(optional) {
 		return "", false, nil
 	}

@@ -57,8 +57,8 @@ func TestNoUnkeyedSecretDigestInRenderedObjects(t *testing.T) {
 	objs := map[string]any{
 		"Deployment":     Deployment(ep, opts),
 		"Job":            MigrationJob(ep, opts, MigrationHash(key, ep, opts, url), MigrationTarget(key, ep, opts, url)),
-		"Service":        Service(ep),
-		"ServiceAccount": ServiceAccount(ep),
+		"Service":        EndpointReceivers(ep, opts).Service(),
+		"ServiceAccount": EndpointReceivers(ep, opts).ServiceAccount(),
 		"NetworkPolicy":  NetworkPolicy(ep),
 	}
 	for kind, obj := range objs {

@@ -8,16 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
 )
 
-// ServiceAccount is the identity of ep's receiver and migration pods.
-func ServiceAccount(ep *v1alpha1.WebhookEndpoint) *corev1.ServiceAccount {
-	return EndpointReceivers(ep, Options{}).ServiceAccount()
-}
-
-// ServiceAccount is the identity of the receiver pods. They never talk to the API
+// ServiceAccount is the identity of the receiver pods (and of an endpoint's migration
+// pods). They never talk to the API
 // server, so the token is not mounted.
 func (r Receivers) ServiceAccount() *corev1.ServiceAccount {
 	return &corev1.ServiceAccount{
@@ -25,11 +20,6 @@ func (r Receivers) ServiceAccount() *corev1.ServiceAccount {
 		ObjectMeta:                   r.objectMeta(),
 		AutomountServiceAccountToken: ptr.To(false),
 	}
-}
-
-// Service fronts ep's receiver pods.
-func Service(ep *v1alpha1.WebhookEndpoint) *corev1.Service {
-	return EndpointReceivers(ep, Options{}).Service()
 }
 
 // Service fronts the receiver pods: webhooks on port 80 and metrics on the admin port.
@@ -54,11 +44,6 @@ func (r Receivers) Service() *corev1.Service {
 	}
 }
 
-// WantsPDB reports whether ep gets a PodDisruptionBudget.
-func WantsPDB(ep *v1alpha1.WebhookEndpoint, opts Options) bool {
-	return EndpointReceivers(ep, opts).WantsPDB()
-}
-
 // WantsPDB reports whether the receivers get a PodDisruptionBudget: only when more
 // than one replica runs (at least), since a budget over one pod would block node drains
 // forever.
@@ -67,11 +52,6 @@ func (r Receivers) WantsPDB() bool {
 		return a.MinReplicas == nil || *a.MinReplicas > 1
 	}
 	return r.Replicas > 1
-}
-
-// PodDisruptionBudget lets voluntary disruptions take one of ep's receiver pods at a time.
-func PodDisruptionBudget(ep *v1alpha1.WebhookEndpoint) *policyv1.PodDisruptionBudget {
-	return EndpointReceivers(ep, Options{}).PodDisruptionBudget()
 }
 
 // PodDisruptionBudget lets voluntary disruptions take one receiver pod at a time.

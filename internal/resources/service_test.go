@@ -10,7 +10,7 @@ import (
 
 func TestServiceAndPDB(t *testing.T) {
 	ep := endpoint()
-	svc := Service(ep)
+	svc := EndpointReceivers(ep, Options{}).Service()
 	ports := map[string][2]int32{}
 	for _, p := range svc.Spec.Ports {
 		ports[p.Name] = [2]int32{p.Port, 0}
@@ -21,7 +21,7 @@ func TestServiceAndPDB(t *testing.T) {
 	if ports[PortNameHTTP][0] != 80 || ports[PortNameMetrics][0] != config.AdminPort {
 		t.Errorf("service ports = %v", ports)
 	}
-	if sa := ServiceAccount(ep); *sa.AutomountServiceAccountToken {
+	if sa := EndpointReceivers(ep, Options{}).ServiceAccount(); *sa.AutomountServiceAccountToken {
 		t.Error("ServiceAccount must not automount a token")
 	}
 	for _, tc := range []struct {
@@ -30,11 +30,11 @@ func TestServiceAndPDB(t *testing.T) {
 	}{{ptr.To[int32](1), false}, {ptr.To[int32](2), true}, {ptr.To[int32](0), false}, {nil, true}} {
 		e := endpoint()
 		e.Spec.Receiver.Replicas = tc.replicas
-		if got := WantsPDB(e, options(t, e, now)); got != tc.want {
+		if got := EndpointReceivers(e, options(t, e, now)).WantsPDB(); got != tc.want {
 			t.Errorf("replicas %v: WantsPDB = %v", tc.replicas, got)
 		}
 	}
-	pdb := PodDisruptionBudget(ep)
+	pdb := EndpointReceivers(ep, Options{}).PodDisruptionBudget()
 	if pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
 		t.Errorf("pdb = %+v", pdb.Spec)
 	}
