@@ -12,8 +12,7 @@ import (
 )
 
 // ServiceAccount is the identity of the receiver pods (and of an endpoint's migration
-// pods). They never talk to the API
-// server, so the token is not mounted.
+// pods). They never talk to the API server, so the token is not mounted.
 func (r Receivers) ServiceAccount() *corev1.ServiceAccount {
 	return &corev1.ServiceAccount{
 		TypeMeta:                     metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
