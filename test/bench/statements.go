@@ -119,7 +119,10 @@ func statementName(q string) string {
 		return "receipt+transition+outbox"
 	case strings.Contains(q, "FOR UPDATE"), strings.Contains(q, "ON CONFLICT (endpoint, entity_key) DO UPDATE SET amount"):
 		return "entity lock"
-	case strings.HasPrefix(q, "SELECT EXISTS"), strings.HasPrefix(q, "SELECT set_config('hookkeeper.prediction'"):
+	case strings.HasPrefix(q, "SELECT EXISTS"),
+		// The predicted context read records its answer with set_config; the statement
+		// text pg_stat_statements keeps has the setting's name as a parameter ($6).
+		strings.HasPrefix(q, "SELECT set_config(") && strings.Contains(q, "EXISTS"):
 		return "context read"
 	case strings.Contains(q, "set_config("):
 		return "settings"

@@ -45,7 +45,10 @@ func TestStatementName(t *testing.T) {
 		"SELECT EXISTS (SELECT 1 FROM \"hookkeeper\".\"webhook_events\")":                                                                     "context read",
 		"SELECT set_config($1, $2, $3), set_config($4, $5, $6)":                                                                               "settings",
 		"SELECT set_config('hookkeeper.prediction', CASE WHEN EXISTS (SELECT 1) THEN 'seen' END, true)":                                       "context read",
-		"WITH l(found) AS (\nSELECT true FROM t WHERE k = $1 FOR UPDATE)\nSELECT set_config('hookkeeper.prediction', 'locked', true)":         "entity lock",
+		// As pg_stat_statements keeps it: constants normalised to parameters.
+		"SELECT set_config($6, CASE\n  WHEN EXISTS (SELECT $7 FROM \"hookkeeper\".\"webhook_events\" WHERE endpoint = $1)":            "context read",
+		"SELECT set_config($1, $2, $3), set_config($4, $5, $6), set_config($7, $8, $9)":                                               "settings",
+		"WITH l(found) AS (\nSELECT true FROM t WHERE k = $1 FOR UPDATE)\nSELECT set_config('hookkeeper.prediction', 'locked', true)": "entity lock",
 		"SELECT pg_notify($1, $2)": "SELECT pg_notify($1, $2)",
 		"COMMIT":                   "COMMIT",
 	} {
