@@ -168,24 +168,14 @@ func (f *fixture) exec(sql string, args ...any) {
 	}
 }
 
-// scalar is the one value sql returns.
-func scalar[T any](f *fixture, sql string, args ...any) T {
-	f.t.Helper()
-	var v T
-	if err := f.pool.QueryRow(f.ctx, sql, args...).Scan(&v); err != nil {
-		f.t.Fatalf("query %q: %v", sql, err)
-	}
-	return v
-}
-
 func (f *fixture) count(sql string, args ...any) int {
 	f.t.Helper()
-	return scalar[int](f, sql, args...)
+	return testsupport.Value[int](f.t, f.ctx, f.pool, sql, args...)
 }
 
 func (f *fixture) str(sql string, args ...any) string {
 	f.t.Helper()
-	return scalar[string](f, sql, args...)
+	return testsupport.Value[string](f.t, f.ctx, f.pool, sql, args...)
 }
 
 func (f *fixture) record(ev Event) Result {

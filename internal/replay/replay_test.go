@@ -198,22 +198,12 @@ func (f *replayFixture) exec(sql string, args ...any) {
 
 func (f *replayFixture) str(sql string, args ...any) string {
 	f.t.Helper()
-	return queryOne[string](f, sql, args...)
+	return testsupport.Value[string](f.t, f.ctx, f.e.Pool, sql, args...)
 }
 
 func (f *replayFixture) count(sql string, args ...any) int {
 	f.t.Helper()
-	return queryOne[int](f, sql, args...)
-}
-
-// queryOne is the one value of the one row sql returns; a failed query fails the test.
-func queryOne[T any](f *replayFixture, sql string, args ...any) T {
-	f.t.Helper()
-	var v T
-	if err := f.e.Pool.QueryRow(f.ctx, sql, args...).Scan(&v); err != nil {
-		f.t.Fatalf("query %q: %v", sql, err)
-	}
-	return v
+	return testsupport.Value[int](f.t, f.ctx, f.e.Pool, sql, args...)
 }
 
 func replayEvent(id, typ, key string, amount int64) receipt.Event {

@@ -82,16 +82,22 @@ func (r *Rows) Clocks(tb testing.TB) int {
 func (r *Rows) Count(tb testing.TB, table, where string, args ...any) int {
 	tb.Helper()
 	sql := "SELECT count(*) FROM " + table
-	what := table
 	if where != "" {
 		sql += " WHERE " + where
-		what += " WHERE " + where
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var n int
-	if err := r.q.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		tb.Fatalf("count rows of %s %v: %v", what, args, err)
+	return Value[int](tb, ctx, r.q, sql, args...)
+}
+
+// Value is the one value of the one row sql returns through q, with args as its $1,
+// $2...: a count, a state, a timestamp. A query that fails, or returns no row, fails
+// the test with the query.
+func Value[T any](tb testing.TB, ctx context.Context, q Querier, sql string, args ...any) T {
+	tb.Helper()
+	var v T
+	if err := q.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		tb.Fatalf("query %q %v: %v", sql, args, err)
 	}
-	return n
+	return v
 }
