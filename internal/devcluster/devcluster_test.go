@@ -24,19 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
-
-// syncWriter lets the cluster, the agent and the proxy print progress concurrently.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p) //nolint:wrapcheck // pass-through writer
-}
 
 type testCluster struct {
 	client kubernetes.Interface
@@ -55,7 +45,8 @@ func startTestCluster(t *testing.T) *testCluster {
 	if _, err := resolveBinaries(binDir); err != nil {
 		t.Fatalf("the local cluster tests need the control-plane binaries: %v", err)
 	}
-	out := &syncWriter{w: testWriter{t}}
+	// The cluster, the agent and the proxy print progress concurrently.
+	out := &testsupport.SyncBuffer{Echo: testWriter{t}}
 	begin := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	cluster, err := StartCluster(ctx, ClusterOptions{BinDir: binDir, Out: out})

@@ -1,7 +1,6 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/resources"
+	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
 
 func TestEndpointAnnouncer(t *testing.T) {
@@ -108,12 +108,8 @@ func TestWatchEndpoints(t *testing.T) {
 	go func() { defer wg.Done(); _ = proxy.Run(ctx) }()
 	<-proxy.Ready()
 
-	out := &syncWriter{w: &bytes.Buffer{}}
-	printed := func() string {
-		out.mu.Lock()
-		defer out.mu.Unlock()
-		return out.w.(*bytes.Buffer).String()
-	}
+	out := &testsupport.SyncBuffer{}
+	printed := out.String
 	s := &Session{Cluster: cluster, Proxy: proxy}
 	go func() {
 		defer wg.Done()

@@ -51,7 +51,7 @@ func ServerURL(tb testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-			serverURL, serverErr = u, ping(ctx, u)
+			serverURL, serverErr = u, pgtemp.Ping(ctx, u)
 			if serverErr != nil {
 				serverErr = fmt.Errorf("TEST_DATABASE_URL is set but unreachable: %w", serverErr)
 			}
@@ -59,7 +59,7 @@ func ServerURL(tb testing.TB) string {
 		}
 		// TEST_POSTGRES=throwaway skips the local server: it is how CI proves the path a
 		// newcomer's machine (PostgreSQL installed, not running) takes.
-		if os.Getenv("TEST_POSTGRES") != "throwaway" && ping(ctx, DefaultLocalURL) == nil {
+		if os.Getenv("TEST_POSTGRES") != "throwaway" && pgtemp.Ping(ctx, DefaultLocalURL) == nil {
 			serverURL = DefaultLocalURL
 			return
 		}
@@ -135,16 +135,6 @@ func dropDatabase(tb testing.TB, admin, name string) {
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		tb.Errorf("drop test database %s: %v", name, err)
 	}
-}
-
-func ping(ctx context.Context, u string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return err
-	}
-	return c.Close(ctx)
 }
 
 func withDatabase(admin, name string) string {

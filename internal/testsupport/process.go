@@ -2,6 +2,7 @@ package testsupport
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 type Process struct {
 	what   string
 	cmd    *exec.Cmd
-	out    lockedBuffer
+	out    SyncBuffer
 	exited chan struct{}
 	grace  time.Duration
 	stop   sync.Once
@@ -93,19 +94,28 @@ func RSS(tb testing.TB, pid int) int64 {
 	return 0
 }
 
-// lockedBuffer collects a child's output from two pipes.
-type lockedBuffer struct {
+// SyncBuffer keeps what several goroutines, or a child's two pipes, write, and passes
+// each write on to Echo when it is set (a test's log, say), one write at a time.
+type SyncBuffer struct {
+	Echo io.Writer
+
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *SyncBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.Echo != nil {
+		if _, err := l.Echo.Write(p); err != nil {
+			return 0, fmt.Errorf("echo: %w", err)
+		}
+	}
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String is everything written so far.
+func (l *SyncBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

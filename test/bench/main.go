@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/hookkeeper/hookkeeper/internal/pgtemp"
 )
 
@@ -59,7 +57,7 @@ func main() {
 	// server then, durable (fsync and synchronous_commit on) so commits cost what they
 	// cost in production.
 	adminURL := *databaseURL
-	if os.Getenv("TEST_DATABASE_URL") == "" && !reachable(ctx, adminURL) {
+	if os.Getenv("TEST_DATABASE_URL") == "" && pgtemp.Ping(ctx, adminURL) != nil {
 		logger.Printf("no PostgreSQL at %s: starting a throwaway server from the local binaries", adminURL)
 		pg, err := pgtemp.StartWith(ctx, pgtemp.Settings{Durable: true})
 		if err != nil {
@@ -116,17 +114,6 @@ func main() {
 		return
 	}
 	_ = os.RemoveAll(workDir)
-}
-
-func reachable(ctx context.Context, url string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return false
-	}
-	_ = conn.Close(ctx)
-	return true
 }
 
 func defaultDatabaseURL() string {
