@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 	"github.com/hookkeeper/hookkeeper/internal/config"
@@ -57,6 +59,9 @@ type fixtureOptions struct {
 	maxBodyBytes int64
 	// appTable binds to public.orders (the Stripe sample's table) instead of managed entities.
 	appTable bool
+	// sample, a file of config/samples, gives the endpoint that sample's provider, event,
+	// entity and state machine, as a user who applied it would have them.
+	sample string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -140,6 +145,13 @@ func endpointFor(t *testing.T, o fixtureOptions) *v1alpha1.WebhookEndpoint {
 	} else {
 		spec.Entity = v1alpha1.EntitySpec{OnUnmatched: v1alpha1.UnmatchedCreate}
 	}
+	if o.sample != "" {
+		s := sampleSpec(t, o.sample)
+		if s.Provider.Type != o.provider {
+			t.Fatalf("%s is a %s endpoint, not %s", o.sample, s.Provider.Type, o.provider)
+		}
+		spec.Provider, spec.Event, spec.Entity, spec.StateMachine = s.Provider, s.Event, s.Entity, s.StateMachine
+	}
 	// A namespace per test keeps the global metrics of one test apart from the others.
 	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	return &v1alpha1.WebhookEndpoint{
@@ -147,6 +159,27 @@ func endpointFor(t *testing.T, o fixtureOptions) *v1alpha1.WebhookEndpoint {
 		ObjectMeta: metav1.ObjectMeta{Name: "payments", Namespace: ns},
 		Spec:       spec,
 	}
+}
+
+// sampleSpec is the spec of the WebhookEndpoint in config/samples/<file>.
+func sampleSpec(t *testing.T, file string) v1alpha1.WebhookEndpointSpec {
+	t.Helper()
+	docs, err := demo.ReadManifests(filepath.Join("..", "..", "config", "samples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range docs {
+		if u.GetKind() != "WebhookEndpoint" {
+			continue
+		}
+		var we v1alpha1.WebhookEndpoint
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &we); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		return we.Spec
+	}
+	t.Fatalf("%s has no WebhookEndpoint", file)
+	return v1alpha1.WebhookEndpointSpec{}
 }
 
 // drain begins the server's shutdown and waits until /readyz fails while it drains;

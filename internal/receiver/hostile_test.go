@@ -27,6 +27,7 @@ import (
 	"github.com/hookkeeper/hookkeeper/internal/demo"
 	"github.com/hookkeeper/hookkeeper/internal/metrics"
 	"github.com/hookkeeper/hookkeeper/internal/receiver"
+	"github.com/hookkeeper/hookkeeper/internal/statemachine"
 	"github.com/hookkeeper/hookkeeper/internal/store"
 	"github.com/hookkeeper/hookkeeper/internal/testsupport"
 )
@@ -628,6 +629,48 @@ func TestShopifyReplayWithNewWebhookIDAndTimeIsADuplicate(t *testing.T) {
 	n := rows.Count(t, rows.Tables.Events, "occurred_at > now() + interval '1 hour'")
 	if got := f.rowCounts()["events"]; got != 1 || n != 0 {
 		t.Errorf("receipts = %d (want 1), with a future occurred_at = %d (want 0)", got, n)
+	}
+}
+
+// TestShopifySampleRefusesABodyReplayedUnderAnotherTopic: Shopify signs the body and
+// not X-Shopify-Topic, so a captured body replayed under another topic is a new event of
+// that topic (the topic is part of the id). The shipped sample must not let such a
+// replay move an order: a paid order's body under orders/cancelled or refunds/create,
+// and a cancelled order's body under orders/paid, change no state and emit nothing,
+// while the genuine deliveries of those topics still apply.
+func TestShopifySampleRefusesABodyReplayedUnderAnotherTopic(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderShopify, sample: "hookkeeper_v1alpha1_webhookendpoint_shopify.yaml"})
+	paid := []byte(`{"id":5551,"financial_status":"paid","cancelled_at":null,"updated_at":"2026-03-01T12:00:00Z"}`)
+	refund := []byte(`{"id":77,"order_id":5551,"created_at":"2026-03-01T13:00:00Z","transactions":[{"kind":"refund","status":"success"}]}`)
+	cancelled := []byte(`{"id":5552,"financial_status":"voided","cancelled_at":"2026-03-01T12:30:00Z","updated_at":"2026-03-01T12:30:00Z"}`)
+	now := time.Now().UTC().Format(time.RFC3339)
+	for i, d := range []struct {
+		body  []byte
+		topic string
+	}{
+		{paid, "orders/paid"},
+		{paid, "orders/cancelled"}, // replays
+		{paid, "refunds/create"},
+		{cancelled, "orders/paid"},
+		{refund, "refunds/create"}, // genuine
+		{cancelled, "orders/cancelled"},
+	} {
+		r := f.post("/hooks", d.body, shopifyHeader(t, d.body, fmt.Sprintf("w-%d", i), d.topic, now))
+		if r.code != http.StatusOK || !strings.Contains(r.body, `"duplicate":false`) {
+			t.Fatalf("delivery %d (%s): %d %q", i, d.topic, r.code, r.body)
+		}
+	}
+	rows := f.rows()
+	for state, want := range map[string]int{"paid": 0, "refunded": 1, "cancelled": 1, "pending": 0} {
+		if got := rows.EntitiesInState(t, state); got != want {
+			t.Errorf("orders %s: %d, want %d", state, got, want)
+		}
+	}
+	if got := rows.ReceiptsWithOutcome(t, statemachine.GuardFailed); got != 3 {
+		t.Errorf("receipts guard_failed: %d, want the 3 replays", got)
+	}
+	if got := rows.Outbox(t); got != 3 {
+		t.Errorf("outbox rows: %d, want 3 (order.paid, order.refunded, order.cancelled)", got)
 	}
 }
 
