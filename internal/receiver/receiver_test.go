@@ -453,3 +453,38 @@ func TestZoomURLValidationIsAnsweredWithTheVerifyingKey(t *testing.T) {
 		t.Fatalf("%d receipts after one Zoom event, want 1", n)
 	}
 }
+
+// TestStripeOrdersSampleRetriedPaymentIsPaidInEitherOrder: a PaymentIntent whose first
+// attempt fails and whose retry succeeds sends payment_intent.payment_failed, then
+// payment_intent.succeeded. Under the orders sample the order ends paid whichever of
+// the two arrives first: in provider order the capture starts from failed; reversed, the
+// older failure finds the order paid and changes nothing.
+func TestStripeOrdersSampleRetriedPaymentIsPaidInEitherOrder(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderStripe, appTable: true,
+		sample: "hookkeeper_v1alpha1_webhookendpoint_stripe_orders.yaml"})
+	failedAt := time.Now().Add(-time.Minute)
+	for _, order := range []string{"in-order", "reversed"} {
+		mustExec(t, f.admin, `INSERT INTO public.orders VALUES ('acme', $1, 'payment_pending', 1200)`, order)
+		failed := demo.StripeEvent("evt_failed_"+order, "payment_intent.payment_failed", order, 1200, failedAt)
+		succeeded := demo.StripeEvent("evt_succeeded_"+order, "payment_intent.succeeded", order, 1200, failedAt.Add(10*time.Second))
+		sends := [][]byte{failed, succeeded}
+		if order == "reversed" {
+			sends = [][]byte{succeeded, failed}
+		}
+		for _, body := range sends {
+			if r := f.post("/hooks", body, stripeHeader(stripeSecret, body)); r.code != http.StatusOK {
+				t.Fatalf("%s: %d %q", order, r.code, r.body)
+			}
+		}
+		status := testsupport.Value[string](t, context.Background(), f.admin,
+			`SELECT status FROM public.orders WHERE client_txn_id = $1`, order)
+		if status != "paid" {
+			t.Errorf("%s: order %s, want paid", order, status)
+		}
+	}
+	outcome := testsupport.Value[string](t, context.Background(), f.admin,
+		`SELECT outcome FROM hookkeeper.webhook_events WHERE event_id = 'evt_failed_reversed'`)
+	if outcome != "ignored_state" {
+		t.Errorf("the failure delivered after the success: %s, want ignored_state", outcome)
+	}
+}
