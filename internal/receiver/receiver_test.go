@@ -488,3 +488,30 @@ func TestStripeOrdersSampleRetriedPaymentIsPaidInEitherOrder(t *testing.T) {
 		t.Errorf("the failure delivered after the success: %s, want ignored_state", outcome)
 	}
 }
+
+// TestAdyenSampleRetriedPaymentIsAuthorisedInEitherOrder: the Adyen sample keys payments
+// by merchantReference, and a shopper whose payment was refused may pay the same order
+// again: a refused AUTHORISATION, then an authorised one under a new pspReference. The
+// payment ends authorised whichever arrives first.
+func TestAdyenSampleRetriedPaymentIsAuthorisedInEitherOrder(t *testing.T) {
+	f := newFixture(t, fixtureOptions{provider: v1alpha1.ProviderAdyen, sample: "hookkeeper_v1alpha1_webhookendpoint_adyen.yaml"})
+	for _, order := range []string{"in-order", "reversed"} {
+		authorisation := func(psp, success string) []byte {
+			it := sigtest.AdyenItem{PSP: psp + "-" + order, Merchant: "ShopAccount", Reference: order, Value: 1000,
+				Currency: "EUR", EventCode: "AUTHORISATION", Success: success}
+			return sigtest.AdyenBody(t, nil, it.JSON(t, "", nil))
+		}
+		sends := [][]byte{authorisation("PSP1", "false"), authorisation("PSP2", "true")}
+		if order == "reversed" {
+			sends[0], sends[1] = sends[1], sends[0]
+		}
+		for _, body := range sends {
+			if r := f.post("/hooks", body, http.Header{"Content-Type": {"application/json"}}); r.code != http.StatusOK {
+				t.Fatalf("%s: %d %q", order, r.code, r.body)
+			}
+		}
+	}
+	if got := f.rows().EntitiesInState(t, "authorised"); got != 2 {
+		t.Errorf("payments authorised: %d, want both", got)
+	}
+}

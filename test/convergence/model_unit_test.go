@@ -58,6 +58,11 @@ func TestModel(t *testing.T) {
 		{"adyen authorise then cancel is ambiguous", adyen,
 			[]modelEvent{ev("AUTHORISATION", "true"), ev("CANCELLATION", "true")},
 			"cancelled", []string{"payment.authorised", "payment.cancelled"}, true},
+		// A refused payment paid again under the same merchantReference: authorised in
+		// any order, but payment.refused is emitted only when the refusal arrives first.
+		{"adyen refused then authorised is ambiguous", adyen,
+			[]modelEvent{ev("AUTHORISATION", "false"), ev("AUTHORISATION", "true")},
+			"authorised", []string{"payment.refused", "payment.authorised"}, true},
 		{"adyen cancel alone", adyen, []modelEvent{ev("CANCELLATION", "true")}, "cancelled", []string{"payment.cancelled"}, false},
 	}
 	for _, tc := range cases {
@@ -106,4 +111,25 @@ func failedThenCaptured(h []modelEvent) bool {
 		}
 	}
 	return false
+}
+
+// The check of an ambiguous history's effects.
+func TestSubsequence(t *testing.T) {
+	inOrder := []string{"order.payment_failed", "order.paid", "order.refunded"}
+	for _, tc := range []struct {
+		got  []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"order.paid", "order.refunded"}, true},
+		{inOrder, true},
+		{[]string{"order.refunded", "order.paid"}, false},        // out of order
+		{[]string{"order.paid", "order.paid"}, false},            // twice
+		{[]string{"order.paid", "order.cancelled"}, false},       // not emitted in order
+		{append(slices.Clone(inOrder), "order.refunded"), false}, // one too many
+	} {
+		if got := subsequence(tc.got, inOrder); got != tc.want {
+			t.Errorf("subsequence(%v) = %v, want %v", tc.got, got, tc.want)
+		}
+	}
 }
