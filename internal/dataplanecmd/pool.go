@@ -81,9 +81,6 @@ type PoolOptions struct {
 // version serving. /readyz holds once Dir was read and no endpoint's database is
 // consulted; GET /endpoints on the admin port says what each endpoint does.
 func ServePool(ctx context.Context, o PoolOptions) error {
-	if o.PoolMaxInFlight <= 0 {
-		o.PoolMaxInFlight = v1alpha1.DefaultMaxInFlight
-	}
 	p, err := newEndpointPool(o)
 	if err != nil {
 		return err
@@ -93,7 +90,6 @@ func ServePool(ctx context.Context, o PoolOptions) error {
 		AdminAddr:         o.AdminAddr,
 		Webhook:           p,
 		PerEndpointLimits: true,
-		MaxInFlight:       o.PoolMaxInFlight,
 		Ready:             p.ready,
 		AdminHandlers:     map[string]http.Handler{"GET /endpoints": http.HandlerFunc(p.serveEndpoints)},
 		Gatherer:          newGatherer(),
@@ -118,6 +114,9 @@ type endpointPool struct {
 	// so the hash says a secret changed without being a digest anyone could test a guess
 	// against.
 	hashKey []byte
+	// total is the pod's cap on requests in flight (PoolMaxInFlight), inside every
+	// unit's own limit.
+	total *receiver.TotalLimit
 	// routes is the NAME -> unit table requests read; replaced whole on every change.
 	routes atomic.Pointer[map[string]*endpointUnit]
 	loaded atomic.Bool
@@ -133,7 +132,9 @@ type endpointPool struct {
 
 // member is what the pool knows of one NAME.
 type member struct {
-	unit        *endpointUnit
+	unit *endpointUnit
+	// slots count the member's requests in flight, whichever version serves them.
+	slots       *receiver.Slots
 	fingerprint [32]byte // of the served files (never published)
 	hash        string   // published hash of the served files
 	servedSince time.Time
@@ -182,11 +183,15 @@ func newEndpointPool(o PoolOptions) (*endpointPool, error) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = receiver.DefaultShutdownTimeout
 	}
+	if o.PoolMaxInFlight <= 0 {
+		o.PoolMaxInFlight = v1alpha1.DefaultMaxInFlight
+	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, databases: map[string]*sharedDatabase{}}
+	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, databases: map[string]*sharedDatabase{},
+		total: receiver.NewTotalLimit(o.PoolMaxInFlight, o.Log.WithName("webhook"))}
 	p.routes.Store(&map[string]*endpointUnit{})
 	return p, nil
 }
@@ -420,7 +425,7 @@ func (p *endpointPool) sync(ctx context.Context) {
 		}
 		m := p.members[name]
 		if m == nil {
-			m = &member{}
+			m = &member{slots: receiver.NewSlots(p.memberShare())}
 			p.members[name] = m
 		}
 		fp := fingerprint(f)
@@ -432,7 +437,7 @@ func (p *endpointPool) sync(ctx context.Context) {
 			continue
 		}
 		began := time.Now()
-		u, next2, err := p.build(ctx, name, f)
+		u, next2, err := p.build(ctx, name, f, m.slots)
 		if err != nil {
 			m.failed, m.failedErr = fp, err.Error()
 			if m.unit != nil {
@@ -443,6 +448,7 @@ func (p *endpointPool) sync(ctx context.Context) {
 			continue
 		}
 		old := m.unit
+		m.slots.SetLimit(u.maxInFlight)
 		m.unit, m.fingerprint, m.hash, m.servedSince = u, fp, next2.hash, time.Now()
 		m.dbURL, m.secrets = next2.dbURL, next2.secrets
 		m.failed, m.failedErr = [32]byte{}, ""
@@ -523,6 +529,10 @@ func (p *endpointPool) servesKey(key string) bool {
 	return false
 }
 
+// memberShare is the most of the pod's slots one member may hold: half, so one stuck or
+// flooded member leaves the other half to the rest.
+func (p *endpointPool) memberShare() int { return max(1, p.o.PoolMaxInFlight/2) }
+
 // builtVersion is what the member keeps of a version that built.
 type builtVersion struct {
 	hash    string
@@ -532,7 +542,7 @@ type builtVersion struct {
 
 // build compiles and builds one endpoint's unit; callers hold p.mu. Its error has
 // credentials removed.
-func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles) (*endpointUnit, builtVersion, error) {
+func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles, slots *receiver.Slots) (*endpointUnit, builtVersion, error) {
 	var v builtVersion
 	if !endpointName.MatchString(name) {
 		return nil, v, fmt.Errorf("%q is not an endpoint name (a Kubernetes object name)", name)
@@ -572,7 +582,9 @@ func (p *endpointPool) build(ctx context.Context, name string, f *endpointFiles)
 		Dispatcher:        p.o.Dispatcher,
 		GroupCommit:       p.o.GroupCommit,
 		MaxInFlight:       p.o.MaxInFlight,
-		MaxShare:          max(1, p.o.PoolMaxInFlight/2),
+		MaxShare:          p.memberShare(),
+		Slots:             slots,
+		Total:             p.total,
 		RetentionInterval: p.o.RetentionInterval,
 		Pooled:            true,
 		Listener:          db.listener,

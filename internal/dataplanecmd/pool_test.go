@@ -462,8 +462,9 @@ func TestPoolRefusesAnEndpointBesideTheDirectory(t *testing.T) {
 // spec.maxInFlight, --pool-max-in-flight): each endpoint's own maxInFlight alone let a
 // pod hold members × maxInFlight bodies, so anyone could hold nearly complete bodies
 // open on a few members until the pod ran out of memory and every member went down.
-// One member gets at most half of the slots, so one stuck or flooded member cannot
-// starve the others. Beyond either limit a request gets 503 with Retry-After before its
+// One member gets at most half of the slots, and the pod's cap is asked only once the
+// member's own limit admitted a request, so one stuck or flooded member cannot starve
+// the others. Beyond either limit a request gets 503 with Retry-After before its
 // body is read; once the held requests end, the members are served again.
 func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	db := testsupport.MigratedDatabase(t, "shared")
@@ -509,6 +510,21 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	if c := p.post(t, "/mem-b/", "whsec_mem-b"); c != http.StatusOK {
 		t.Errorf("/mem-b/ while mem-a holds its share: %d, want 200", c)
 	}
+	// A new version of mem-a (a rotated secret) shares its count: the two requests still
+	// held on the version being drained leave the new one no slot, so a member never
+	// holds more than its share, not even while its configuration changes.
+	hashBefore := p.endpoints(t)["mem-a"].Hash
+	vol.setMember(poolEndpoint{name: "mem-a", schema: "shared"}, db, "whsec_mem-a-rotated")
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-a's new version to serve", func() bool {
+		return p.endpoints(t)["mem-a"].Hash != hashBefore
+	})
+	ownBefore := testutil.ToFloat64(metrics.Overloaded.WithLabelValues("shop/mem-a"))
+	if status, err := p.postErr("/mem-a/", "whsec_mem-a-rotated"); err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-a/ on its new version while the old one holds its share: %d %v, want 503", status, err)
+	}
+	if own := testutil.ToFloat64(metrics.Overloaded.WithLabelValues("shop/mem-a")) - ownBefore; own != 1 {
+		t.Errorf("refused by mem-a's own limit %v times, want 1", own)
+	}
 	// mem-b holds the other two: the pod is full, and mem-c is refused by the pool's cap.
 	holdOn("mem-b")
 	holdOn("mem-b")
@@ -518,6 +534,19 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(metrics.PoolOverloaded) - refusedBefore; got != 1 {
 		t.Errorf("hookkeeper_receiver_pool_overloaded_total rose by %v, want 1", got)
+	}
+	// A request beyond mem-a's share is refused by mem-a's own limit, never by the pod's:
+	// it takes none of the pod's slots, so a member flooded far beyond its share (a
+	// stuck database, say) cannot crowd the others out while its extra requests are
+	// being refused.
+	refusedBefore = testutil.ToFloat64(metrics.PoolOverloaded)
+	ownBefore = testutil.ToFloat64(metrics.Overloaded.WithLabelValues("shop/mem-a"))
+	if status, err := p.postErr("/mem-a/", "whsec_mem-a"); err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-a/ beyond its share with the pod full: %d %v, want 503", status, err)
+	}
+	if pod, own := testutil.ToFloat64(metrics.PoolOverloaded)-refusedBefore,
+		testutil.ToFloat64(metrics.Overloaded.WithLabelValues("shop/mem-a"))-ownBefore; pod != 0 || own != 1 {
+		t.Errorf("refused by the pod %v times and by mem-a's own limit %v times, want 0 and 1", pod, own)
 	}
 
 	for _, w := range writers {

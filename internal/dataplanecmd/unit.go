@@ -35,7 +35,14 @@ type unitOptions struct {
 	// MaxShare, when positive, caps the unit's in-flight limit: a receiver pool gives a
 	// member at most half of the pod's slots, so one stuck or flooded member cannot
 	// take them all.
-	MaxShare          int
+	MaxShare int
+	// Slots, in a receiver pool, count the member's requests in flight across the
+	// versions of its configuration (the pool sets their limit when a version starts
+	// serving); nil: the unit's own, at its maxInFlight.
+	Slots *receiver.Slots
+	// Total, in a receiver pool, is the pod's cap on requests in flight; a request takes
+	// one of its slots only once the member's own limit admitted it.
+	Total             *receiver.TotalLimit
 	RetentionInterval time.Duration
 	// Pooled builds the unit for a receiver pool: its database pool connects on first
 	// use (an endpoint whose database is down still starts, and answers 503) and closes
@@ -224,7 +231,14 @@ func newEndpointUnit(ctx context.Context, o unitOptions) (_ *endpointUnit, err e
 	if o.MaxShare > 0 {
 		u.maxInFlight = min(u.maxInFlight, o.MaxShare)
 	}
-	u.handler = receiver.LimitInFlight(handler, ep.Key(), u.maxInFlight, log.WithName("webhook"))
+	if o.Total != nil {
+		handler = o.Total.Wrap(handler)
+	}
+	slots := o.Slots
+	if slots == nil {
+		slots = receiver.NewSlots(u.maxInFlight)
+	}
+	u.handler = receiver.LimitInFlightOn(handler, ep.Key(), slots, log.WithName("webhook"))
 	return u, nil
 }
 

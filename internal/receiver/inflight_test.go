@@ -18,8 +18,8 @@ import (
 // A dedicated receiver (dataplanecmd.Serve) wires its server exactly like this:
 // PerEndpointLimits true (the unit's handler carries LimitInFlight with
 // spec.receiver.maxInFlight) and no MaxInFlight. An endpoint whose maxInFlight is 100
-// must admit 100 requests at once; NewServer now puts LimitTotal at
-// DefaultMaxInFlight (64) in front of it, so the 65th gets 503.
+// must admit 100 requests at once: a server that put a cap of its own in front of it
+// (DefaultMaxInFlight, 64) would answer the 65th with 503.
 func TestDedicatedReceiverHonoursItsOwnMaxInFlight(t *testing.T) {
 	const endpointLimit, concurrent = 100, 80
 	var entered atomic.Int32

@@ -58,10 +58,8 @@ type ServerOptions struct {
 	// v1alpha1.DefaultMaxInFlight.
 	MaxInFlight int
 	// PerEndpointLimits says Webhook enforces its own in-flight limits, one per endpoint
-	// (LimitInFlight around each endpoint's handler): the server adds none, and a
-	// positive MaxInFlight is then a cap on all of them together (LimitTotal, a receiver
-	// pool's), so the process's body memory stays bounded whatever the number of
-	// endpoints.
+	// (LimitInFlight around each endpoint's handler, and in a receiver pool a shared
+	// TotalLimit inside it): the server adds none, and MaxInFlight is not used.
 	PerEndpointLimits bool
 	// DB backs /readyz, unless Ready is set.
 	DB Pinger
@@ -108,10 +106,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	s := &Server{opts: opts}
 	webhookLog := opts.Logger.WithName("webhook")
 	webhook := opts.Webhook
-	switch {
-	case opts.PerEndpointLimits && opts.MaxInFlight > 0:
-		webhook = LimitTotal(webhook, opts.MaxInFlight, webhookLog)
-	case !opts.PerEndpointLimits:
+	if !opts.PerEndpointLimits {
 		webhook = LimitInFlight(webhook, opts.Endpoint, opts.MaxInFlight, webhookLog)
 	}
 	s.webhook = newHTTPServer(webhook, webhookLog)
@@ -239,25 +234,72 @@ func (s *Server) Serve(ctx context.Context, webhookLn, adminLn net.Listener) err
 // requests were in flight.
 const outcomeOverloaded = "overloaded"
 
+// Slots counts the requests in flight of one endpoint, or of a whole receiver pool pod,
+// against a limit that may change while they run. A receiver pool keeps one per member
+// across the versions of its configuration: requests still running on a version being
+// drained count against the version that replaced it, so a member never holds more than
+// its limit of the pod, even while it changes.
+type Slots struct {
+	mu       sync.Mutex
+	inFlight int
+	limit    int
+}
+
+// NewSlots returns Slots with limit (zero or less: v1alpha1.DefaultMaxInFlight).
+func NewSlots(limit int) *Slots {
+	s := &Slots{}
+	s.SetLimit(limit)
+	return s
+}
+
+// SetLimit changes the limit; requests already admitted run on, and none is admitted
+// until fewer than the new limit are in flight.
+func (s *Slots) SetLimit(limit int) {
+	if limit <= 0 {
+		limit = v1alpha1.DefaultMaxInFlight
+	}
+	s.mu.Lock()
+	s.limit = limit
+	s.mu.Unlock()
+}
+
+// take admits one request if fewer than the limit are in flight, and returns the limit.
+func (s *Slots) take() (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight >= s.limit {
+		return false, s.limit
+	}
+	s.inFlight++
+	return true, s.limit
+}
+
+func (s *Slots) give() {
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+}
+
 // LimitInFlight admits at most limit requests into next at once and answers the rest
 // 503 with Retry-After at once, before any body byte is read. It never queues: a queue
 // would hold the very connections the limit exists to shed, and the provider retries.
 // endpoint is the metrics' label; a limit of zero or less means
-// v1alpha1.DefaultMaxInFlight. A receiver pool wraps each endpoint's handler in its
-// own, so one endpoint's flood is refused without touching the others.
+// v1alpha1.DefaultMaxInFlight.
 func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logger) http.Handler {
-	if limit <= 0 {
-		limit = v1alpha1.DefaultMaxInFlight
-	}
-	slots := make(chan struct{}, limit)
+	return LimitInFlightOn(next, endpoint, NewSlots(limit), log)
+}
+
+// LimitInFlightOn is LimitInFlight counting on slots, which other handlers may share (a
+// receiver pool member's versions do). A receiver pool wraps each member's handler in
+// its own, so one member's flood is refused without touching the others.
+func LimitInFlightOn(next http.Handler, endpoint string, slots *Slots, log logr.Logger) http.Handler {
 	inFlight := metrics.InFlight.WithLabelValues(endpoint)
 	overloaded := metrics.Overloaded.WithLabelValues(endpoint)
 	refused := metrics.Requests.WithLabelValues(endpoint, strconv.Itoa(http.StatusServiceUnavailable), outcomeOverloaded)
 	rejections := newRejectionLog(log, endpoint, DefaultRejectionLogInterval)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-		default:
+		ok, limit := slots.take()
+		if !ok {
 			overloaded.Inc()
 			refused.Inc()
 			rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight", "maxInFlight", limit)
@@ -267,34 +309,42 @@ func LimitInFlight(next http.Handler, endpoint string, limit int, log logr.Logge
 		inFlight.Inc()
 		defer func() {
 			inFlight.Dec()
-			<-slots
+			slots.give()
 		}()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// LimitTotal admits at most limit requests into next at once, whichever endpoint they
-// are for, and answers the rest as LimitInFlight does. A receiver pool puts it in front
-// of the endpoints' own limits: without it a pod's body memory would grow with the
-// number of endpoints (each admitting its maxInFlight bodies), and one pod's exhaustion
-// takes every endpoint of the pool down. Refusals count in
+// TotalLimit caps the requests a receiver pool pod handles at once, whichever endpoint
+// they are for (the pool's spec.maxInFlight). Without it a pod's body memory would grow
+// with the number of endpoints, each admitting its maxInFlight bodies, and one pod's
+// exhaustion takes every endpoint of the pool down. Refusals count in
 // hookkeeper_receiver_pool_overloaded_total.
-func LimitTotal(next http.Handler, limit int, log logr.Logger) http.Handler {
-	if limit <= 0 {
-		limit = v1alpha1.DefaultMaxInFlight
-	}
-	slots := make(chan struct{}, limit)
-	rejections := newRejectionLog(log, "", DefaultRejectionLogInterval)
+type TotalLimit struct {
+	slots      *Slots
+	rejections *rejectionLog
+}
+
+// NewTotalLimit is a TotalLimit of limit slots; zero or less means
+// v1alpha1.DefaultMaxInFlight.
+func NewTotalLimit(limit int, log logr.Logger) *TotalLimit {
+	return &TotalLimit{slots: NewSlots(limit), rejections: newRejectionLog(log, "", DefaultRejectionLogInterval)}
+}
+
+// Wrap admits a request into next while one of the pod's slots is free and answers the
+// rest as LimitInFlight does. Each endpoint puts it inside its own LimitInFlight, so a
+// request its endpoint refuses never holds a slot: a flooded or stuck endpoint keeps at
+// most its own limit of the pod's slots, however many more requests it is sent.
+func (l *TotalLimit) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-		default:
+		ok, limit := l.slots.take()
+		if !ok {
 			metrics.PoolOverloaded.Inc()
-			rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight in this pool pod", "maxInFlight", limit)
+			l.rejections.Info(outcomeOverloaded, "webhook refused: too many requests in flight in this pool pod", "maxInFlight", limit)
 			refuseOverloaded(w)
 			return
 		}
-		defer func() { <-slots }()
+		defer l.slots.give()
 		next.ServeHTTP(w, r)
 	})
 }
