@@ -123,6 +123,11 @@ type endpointPool struct {
 
 	mu      sync.Mutex
 	members map[string]*member
+	// slots are each NAME's count of requests in flight. A removed member's stays until
+	// its last version has drained (draining counts them), so a member removed and added
+	// again meanwhile counts the old versions' requests too.
+	slots    map[string]*receiver.Slots
+	draining map[string]int
 	// databases are what the endpoints of one database URL share (sharedDatabase).
 	databases map[string]*sharedDatabase
 	dirErr    string
@@ -133,7 +138,8 @@ type endpointPool struct {
 // member is what the pool knows of one NAME.
 type member struct {
 	unit *endpointUnit
-	// slots count the member's requests in flight, whichever version serves them.
+	// slots count the member's requests in flight, whichever version serves them
+	// (shared with p.slots[NAME]).
 	slots       *receiver.Slots
 	fingerprint [32]byte // of the served files (never published)
 	hash        string   // published hash of the served files
@@ -190,8 +196,9 @@ func newEndpointPool(o PoolOptions) (*endpointPool, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, databases: map[string]*sharedDatabase{},
-		total: receiver.NewTotalLimit(o.PoolMaxInFlight, o.Log.WithName("webhook"))}
+	p := &endpointPool{o: o, hashKey: key, members: map[string]*member{}, slots: map[string]*receiver.Slots{}, draining: map[string]int{},
+		databases: map[string]*sharedDatabase{},
+		total:     receiver.NewTotalLimit(o.PoolMaxInFlight, o.Log.WithName("webhook"))}
 	p.routes.Store(&map[string]*endpointUnit{})
 	return p, nil
 }
@@ -425,7 +432,10 @@ func (p *endpointPool) sync(ctx context.Context) {
 		}
 		m := p.members[name]
 		if m == nil {
-			m = &member{slots: receiver.NewSlots(p.memberShare())}
+			if p.slots[name] == nil {
+				p.slots[name] = receiver.NewSlots(p.memberShare())
+			}
+			m = &member{slots: p.slots[name]}
 			p.members[name] = m
 		}
 		fp := fingerprint(f)
@@ -470,6 +480,9 @@ func (p *endpointPool) sync(ctx context.Context) {
 		}
 		delete(p.members, name)
 		delete(next, name)
+		if m.unit == nil && p.draining[name] == 0 {
+			delete(p.slots, name) // no version serves or drains: nothing holds them
+		}
 		if m.unit != nil {
 			retired = append(retired, retiredUnit{name: name, unit: m.unit, removed: true})
 			log.Info("endpoint removed: no longer routed, draining", "name", name, "endpoint", m.unit.ep.Key())
@@ -493,6 +506,7 @@ type retiredUnit struct {
 
 // retire drains a unit no longer routed, in the background; callers hold p.mu.
 func (p *endpointPool) retire(r retiredUnit) {
+	p.draining[r.name]++
 	p.drains.Go(func() {
 		u := r.unit
 		u.drain(p.o.ShutdownTimeout)
@@ -514,6 +528,12 @@ func (p *endpointPool) retire(r retiredUnit) {
 		u.db.Close()
 		p.mu.Lock()
 		p.releaseDatabase(u.ep.DatabaseURL)
+		if p.draining[r.name]--; p.draining[r.name] == 0 {
+			delete(p.draining, r.name)
+			if p.members[r.name] == nil {
+				delete(p.slots, r.name)
+			}
+		}
 		p.mu.Unlock()
 		u.log.Info("endpoint version drained", "name", r.name)
 	})

@@ -525,6 +525,19 @@ func TestPoolCapsRequestsOfAllEndpointsTogether(t *testing.T) {
 	if own := testutil.ToFloat64(metrics.Overloaded.WithLabelValues("shop/mem-a")) - ownBefore; own != 1 {
 		t.Errorf("refused by mem-a's own limit %v times, want 1", own)
 	}
+	// So does a member removed and added again while its old version drains.
+	vol.remove("mem-a")
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-a to be removed", func() bool {
+		_, listed := p.endpoints(t)["mem-a"]
+		return !listed
+	})
+	vol.setMember(poolEndpoint{name: "mem-a", schema: "shared"}, db, "whsec_mem-a-readded")
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "mem-a to be served again", func() bool {
+		return p.endpoints(t)["mem-a"].Key != ""
+	})
+	if status, err := p.postErr("/mem-a/", "whsec_mem-a-readded"); err != nil || status != http.StatusServiceUnavailable {
+		t.Errorf("/mem-a/ added again while its removed version holds its share: %d %v, want 503", status, err)
+	}
 	// mem-b holds the other two: the pod is full, and mem-c is refused by the pool's cap.
 	holdOn("mem-b")
 	holdOn("mem-b")
