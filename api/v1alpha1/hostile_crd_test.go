@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/hookkeeper/hookkeeper/api/v1alpha1"
 )
@@ -85,5 +87,52 @@ func TestCRDDatabaseSchemaIsImmutable(t *testing.T) {
 	cur.Spec.Database.URLSecretRef.Key = "uri-rotated"
 	if err := c.Update(ctx, &cur); err != nil {
 		t.Fatalf("changing maxConnections and the URL's Secret key: %v", err)
+	}
+}
+
+// The operator's informer decodes every WebhookEndpoint into Go: one duration it cannot
+// parse ("ten", "1 second") failed the list and the watch, and the operator then
+// reconciled no endpoint at all, with nothing on the bad object to say why. Admission
+// refuses such a duration in every duration field, and a zero or negative one where
+// only a positive one makes sense.
+func TestCRDRefusesDurationsTheOperatorCannotRead(t *testing.T) {
+	c, ctx := newClient(t)
+	fields := [][]string{
+		{"provider", "tolerance"},
+		{"provider", "refetch", "timeout"},
+		{"delivery", "timeout"},
+		{"delivery", "backoff", "initial"},
+		{"delivery", "backoff", "max"},
+		{"stateMachine", "parkFor"},
+		{"retention", "payloadFor"},
+		{"retention", "dedupeFor"},
+		{"retention", "deliveredFor"},
+	}
+	positive := map[string]bool{"tolerance": true, "timeout": true, "initial": true, "max": true}
+	for i, path := range fields {
+		values := []string{"ten", "1 second", "5 minutes"}
+		if positive[path[len(path)-1]] {
+			values = append(values, "0s", "-1s")
+		}
+		for j, value := range values {
+			name := fmt.Sprintf("duration-%d-%d", i, j)
+			t.Run(strings.Join(path, ".")+"="+value, func(t *testing.T) {
+				w := validEndpoint(name)
+				w.Spec.Provider.Refetch = &v1alpha1.RefetchSpec{
+					APIKeySecretRef: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "stripe-api"}, Key: "key"},
+					Transitions:     []string{"capture"},
+				}
+				obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				u := &unstructured.Unstructured{Object: obj}
+				u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("WebhookEndpoint"))
+				if err := unstructured.SetNestedField(u.Object, value, append([]string{"spec"}, path...)...); err != nil {
+					t.Fatal(err)
+				}
+				refused(ctx, t, c, u, "spec."+strings.Join(path, "."))
+			})
+		}
 	}
 }

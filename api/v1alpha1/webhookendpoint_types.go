@@ -249,6 +249,7 @@ type RefetchSpec struct {
 
 	// timeout of one provider API call.
 	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="refetch.timeout must be a positive duration such as 5s"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
@@ -263,6 +264,7 @@ type ProviderSpec struct {
 
 	// tolerance is the accepted age of a signed timestamp, where the scheme signs one.
 	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="provider.tolerance must be a positive duration such as 5m"
 	// +optional
 	Tolerance *metav1.Duration `json:"tolerance,omitempty"`
 
@@ -544,10 +546,12 @@ type SinkSpec struct {
 type BackoffSpec struct {
 	// initial delay before the second attempt.
 	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="backoff.initial must be a positive duration such as 1s"
 	// +optional
 	Initial *metav1.Duration `json:"initial,omitempty"`
 	// max delay between attempts.
 	// +kubebuilder:default="15m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="backoff.max must be a positive duration such as 15m"
 	// +optional
 	Max *metav1.Duration `json:"max,omitempty"`
 }
@@ -571,6 +575,7 @@ type DeliverySpec struct {
 	Backoff BackoffSpec `json:"backoff,omitempty"`
 	// timeout of one delivery attempt.
 	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="delivery.timeout must be a positive duration such as 10s"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// ordering PerEntity delivers an entity's events one at a time in order; None does not.
