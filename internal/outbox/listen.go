@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/hookkeeper/hookkeeper/internal/store"
 )
 
 // NotifyChannel is the channel that Notify (sent after a commit that wrote outbox rows,
@@ -35,7 +37,7 @@ func NewListener(url string, log logr.Logger) (*Listener, error) {
 	if err != nil {
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string")
 	}
-	cfg.ConnectTimeout = 5 * time.Second
+	cfg.ConnectTimeout = store.ConnectTimeout
 	return newListener(cfg, log), nil
 }
 

@@ -116,7 +116,7 @@ func NewPool(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 		cfg.HealthCheckPeriod = o.HealthCheckPeriod
 	}
 	cfg.MinConns = 0
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	if o.Gate != nil {
 		cfg.ConnConfig.Tracer = o.Gate
 	}
@@ -163,6 +163,12 @@ func OnIndexes(sql string, args ...any) (*pgx.Batch, *pgx.QueuedQuery) {
 	return b, b.Queue(sql, args...)
 }
 
+// ConnectTimeout bounds opening one database connection (TCP, TLS and PostgreSQL's
+// startup), for every pool, LISTEN connection and migration: a server that accepts and
+// never answers fails in seconds, not at the caller's own deadline (a migration Job's
+// five minutes).
+const ConnectTimeout = 5 * time.Second
+
 // Migrate brings schema up to SchemaVersion under a PostgreSQL advisory lock, so
 // concurrent migration Jobs for endpoints sharing a database are safe. It returns the
 // version reached.
@@ -174,6 +180,7 @@ func Migrate(ctx context.Context, url, schema string) (int64, error) {
 	// goose keeps its version table in the search_path's first schema, so every
 	// endpoint schema has its own migration history.
 	cfg.RuntimeParams["search_path"] = schema
+	cfg.ConnectTimeout = ConnectTimeout
 	db := stdlib.OpenDB(*cfg)
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(1)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -161,5 +162,43 @@ func TestMigrateSchemasSharingADatabase(t *testing.T) {
 	// Running again is a no-op.
 	if v, err := store.Migrate(ctx, url, "alpha"); err != nil || v != store.SchemaVersion {
 		t.Fatalf("second migrate = %d, %v", v, err)
+	}
+}
+
+// A migration against a server that accepts the connection and never answers (a wrong
+// port that happens to be open, a hung proxy) fails within store.ConnectTimeout and says
+// so, instead of holding the migration Job until its own five-minute deadline.
+func TestMigrateGivesUpOnAServerThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	_, err = store.Migrate(ctx, "postgres://postgres@"+ln.Addr().String()+"/x?sslmode=disable", "hk")
+	took := time.Since(began)
+	if err == nil || !strings.Contains(err.Error(), "connect to the database") {
+		t.Fatalf("migrate against a silent server: %v, want a connect error", err)
+	}
+	if took > 3*store.ConnectTimeout {
+		t.Errorf("gave up after %s, want about store.ConnectTimeout (%s)", took.Round(time.Millisecond), store.ConnectTimeout)
 	}
 }
