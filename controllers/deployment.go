@@ -106,6 +106,11 @@ func (r *WebhookEndpointReconciler) receiverAvailability(ctx context.Context, st
 	}
 	s := d.Status
 	switch {
+	case want == 0 && st.allSecretsExpired():
+		// The operator scaled it to zero, not spec.receiver.replicas: say why.
+		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonAllExpired,
+			fmt.Sprintf("Deployment %s is scaled to zero because every spec.signingSecrets entry has passed its "+
+				"expiresAt: no receiver runs and providers' webhooks are not answered; add a current secret", d.Name))
 	case want == 0:
 		// Nothing receives: providers' deliveries fail until replicas are raised, so the
 		// endpoint is not Ready, whatever "0 of 0 available" would suggest.

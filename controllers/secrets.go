@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -80,7 +81,7 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 		// secret; providers retry until a new secret is added.
 		msg := "every spec.signingSecrets entry has passed its expiresAt; add a current secret (the receiver is scaled to zero until then)"
 		if st.transitioned(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, ReasonAllExpired) {
-			r.event(ep, corev1.EventTypeWarning, EventSecretMissing, "Resolve", "%s", msg)
+			r.event(ep, corev1.EventTypeWarning, EventSecretExpired, "Resolve", "%s", msg)
 		}
 		st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionFalse, ReasonAllExpired, msg)
 		return nil
@@ -92,6 +93,13 @@ func (r *WebhookEndpointReconciler) reconcileSecrets(ctx context.Context, st *st
 	st.setCondition(v1alpha1.ConditionSecretsResolved, metav1.ConditionTrue, ReasonResolved,
 		fmt.Sprintf("%d active signing secret(s); every referenced Secret key is present", len(st.rendered.ActiveSecrets)))
 	return nil
+}
+
+// allSecretsExpired reports whether this reconcile found every signing secret past its
+// expiresAt (and so scales the receiver to zero).
+func (st *state) allSecretsExpired() bool {
+	c := meta.FindStatusCondition(st.ep.Status.Conditions, v1alpha1.ConditionSecretsResolved)
+	return c != nil && c.Reason == ReasonAllExpired
 }
 
 // secretProblem is a referenced Secret key a person must fix: missing, or empty.

@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -338,6 +339,17 @@ func jobComplete(job *batchv1.Job) bool {
 // migrated waits until the endpoint's schema counts as migrated, playing the Job
 // controller if the operator made a migration Job. On a database the operator finds
 // already migrated (testsupport.MigratedDatabase) it makes none.
+// eventReasons lists the reasons of the Events in namespace ns.
+func (e *env) eventReasons(g Gomega, ns string) []string {
+	var list eventsv1.EventList
+	g.Expect(e.k8s.List(e.ctx, &list, client.InNamespace(ns))).To(Succeed())
+	reasons := make([]string, 0, len(list.Items))
+	for _, ev := range list.Items {
+		reasons = append(reasons, ev.Reason)
+	}
+	return reasons
+}
+
 func (e *env) migrated(t *testing.T, ep *v1alpha1.WebhookEndpoint) {
 	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {

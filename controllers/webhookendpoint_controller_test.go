@@ -57,6 +57,7 @@ func TestWebhookEndpointController(t *testing.T) {
 	t.Run("ForeignObjectsAreNotTakenOver", e.testForeignObjectsAreNotTakenOver)
 	t.Run("FailedStepIsReported", e.testFailedStepIsReported)
 	t.Run("ScaledToZeroIsNotReady", e.testScaledToZeroIsNotReady)
+	t.Run("AllSecretsExpiredSaysWhyItIsScaledToZero", e.testAllSecretsExpired)
 	t.Run("ImageOverrideNeedsAllowing", e.testImageOverrideNeedsAllowing)
 	t.Run("NetworkPolicy", e.testNetworkPolicy)
 	t.Run("IngressExposure", e.testIngress)
@@ -872,6 +873,38 @@ func (e *env) testScaledToZeroIsNotReady(t *testing.T) {
 		g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(ready.Reason).To(Equal(controllers.ReasonScaledToZero))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// testAllSecretsExpired: with every signing secret past its expiresAt the operator
+// scales the receiver to zero itself. ReceiverAvailable must say that, not send the
+// reader to spec.receiver.replicas (which still says 1), and the Event must not call
+// the Secret missing.
+func (e *env) testAllSecretsExpired(t *testing.T) {
+	g := NewWithT(t)
+	ns := e.namespaceWithSecrets(t)
+	ep := validEndpoint(ns, "expired")
+	past := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for i := range ep.Spec.SigningSecrets {
+		ep.Spec.SigningSecrets[i].ExpiresAt = &past
+	}
+	ep.Spec.Receiver.Replicas = ptr.To[int32](1)
+	ep = e.create(t, ep)
+	e.migrated(t, ep)
+	g.Eventually(func(g Gomega) {
+		var d appsv1.Deployment
+		g.Expect(e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.ReceiverName(ep)}, &d)).To(Succeed())
+		g.Expect(d.Spec.Replicas).To(HaveValue(BeEquivalentTo(0)))
+		cur := e.endpoint(g, ep)
+		c := condition(cur, v1alpha1.ConditionReceiverAvailable)
+		g.Expect(c.Reason).To(Equal(controllers.ReasonAllExpired), "ReceiverAvailable: %+v", c)
+		g.Expect(c.Message).To(ContainSubstring("add a current secret"))
+		g.Expect(c.Message).NotTo(ContainSubstring("set replicas"))
+		g.Expect(condition(cur, v1alpha1.ConditionReady).Reason).To(Equal(controllers.ReasonAllExpired))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.eventReasons(g, ns)).To(ContainElement(controllers.EventSecretExpired))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	g.Expect(e.eventReasons(g, ns)).NotTo(ContainElement(controllers.EventSecretMissing))
 }
 
 // testImageOverrideNeedsAllowing: spec.receiver.image puts the Secrets the endpoint
