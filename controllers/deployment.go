@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -90,6 +91,10 @@ func envValue(d *appsv1.Deployment, name string) string {
 	return ""
 }
 
+// unavailableRecheck is how often an endpoint whose receiver replicas are unavailable
+// is reconciled again, to read its pods' state.
+const unavailableRecheck = 10 * time.Second
+
 // receiverAvailability sets ReceiverAvailable from the Deployment's status: the current
 // template is rolled out to every replica and the Deployment reports Available. When
 // replicas are unavailable, the pods say why (receiverPodsCause).
@@ -121,6 +126,9 @@ func (r *WebhookEndpointReconciler) receiverAvailability(ctx context.Context, st
 		st.setCondition(v1alpha1.ConditionReceiverAvailable, metav1.ConditionFalse, ReasonRollingOut,
 			fmt.Sprintf("Deployment %s is rolling out: %d of %d replicas updated", d.Name, s.UpdatedReplicas, want))
 	case !available || s.AvailableReplicas < want:
+		// The operator watches no Pods, and a crash loop changes nothing the Deployment
+		// reports: look at the pods again soon, so their cause shows within seconds.
+		st.requeue(st.now.Add(unavailableRecheck))
 		reason, msg := ReasonUnavailable, fmt.Sprintf("Deployment %s has %d of %d replicas available", d.Name, s.AvailableReplicas, want)
 		if podReason, cause := r.receiverPodsCause(ctx, d); podReason != "" {
 			reason, msg = podReason, msg+": "+cause

@@ -1226,4 +1226,14 @@ func (e *env) testReceiverPodsCause(t *testing.T) {
 	setStatus(pods[0], running(ready))
 	setStatus(pods[1], running(ready))
 	expect(controllers.ReasonNotReady, "2 of 2 receiver pod(s) run but are not ready", "/readyz")
+
+	// Nothing but the pods changes, and nothing asks for a reconcile: the operator, which
+	// watches no Pods, still finds the crash loop within seconds, not at its idle
+	// re-check minutes later.
+	setStatus(pods[0], running(crash))
+	setStatus(pods[1], running(crash))
+	g.Eventually(func(g Gomega) {
+		c := condition(e.endpoint(g, ep), v1alpha1.ConditionReceiverAvailable)
+		g.Expect(c.Reason).To(Equal(controllers.ReasonCrashLooping), c.Message)
+	}).WithTimeout(20 * time.Second).WithPolling(poll).Should(Succeed())
 }
