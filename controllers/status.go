@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,9 +49,14 @@ const (
 	ReasonScaledToZero = "ScaledToZero"
 	// ReasonNotOwned: an object the operator would create exists and is someone else's.
 	ReasonNotOwned = "NotOwned"
-	// ReasonStepFailed: a reconcile step failed (the API server refused a write); it is
-	// retried with backoff.
+	// ReasonStepFailed: a reconcile step failed (a write or read the API server did not
+	// complete); it is retried with backoff.
 	ReasonStepFailed = "ReconcileStepFailed"
+	// ReasonWriteRejected: the API server rejected one of the operator's writes as
+	// invalid or forbidden (a value the object's own validation refuses, an immutable
+	// field someone changed, an admission policy, RBAC). Retrying the same write cannot
+	// succeed until a person changes the spec, the object or the policy.
+	ReasonWriteRejected = "WriteRejected"
 )
 
 // oneLine folds a message (an error, a pod's termination or scheduling message) onto one
@@ -78,6 +84,7 @@ var stalledReasons = map[string]bool{
 	ReasonRouteRejected:   true,
 	ReasonNotOwned:        true,
 	ReasonScaledToZero:    true,
+	ReasonWriteRejected:   true,
 }
 
 // setCondition records a condition for the current generation.
@@ -174,8 +181,11 @@ func (st *state) summarize() {
 // failedCondition describes st.failed as the condition that holds Ready back.
 func (st *state) failedCondition() *metav1.Condition {
 	reason := ReasonStepFailed
-	if isNotOwned(st.failed) {
+	switch {
+	case isNotOwned(st.failed):
 		reason = ReasonNotOwned
+	case apierrors.IsInvalid(st.failed) || apierrors.IsForbidden(st.failed):
+		reason = ReasonWriteRejected
 	}
 	return &metav1.Condition{Type: "Reconcile", Status: metav1.ConditionFalse, Reason: reason, Message: oneLine(st.failed.Error())}
 }

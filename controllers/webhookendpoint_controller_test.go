@@ -836,19 +836,22 @@ func (e *env) testFailedStepIsReported(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		cur := e.endpoint(g, ep)
 		ready := condition(cur, v1alpha1.ConditionReady)
-		g.Expect(ready.Reason).To(Equal(controllers.ReasonStepFailed), "Ready: %+v", ready)
+		g.Expect(ready.Reason).To(Equal(controllers.ReasonWriteRejected), "Ready: %+v", ready)
 		g.Expect(ready.Message).To(And(ContainSubstring("network policy: apply NetworkPolicy"),
 			ContainSubstring("network policies are frozen in this namespace")))
-		g.Expect(condition(cur, v1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
+		// The same write cannot succeed until a person acts: Stalled, so GitOps tools
+		// report the endpoint degraded instead of progressing forever.
+		g.Expect(condition(cur, v1alpha1.ConditionStalled).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReconciling)).To(BeNil())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	e.expectEvent(t, ep, corev1.EventTypeWarning, controllers.ReasonStepFailed, "network policies are frozen")
+	e.expectEvent(t, ep, corev1.EventTypeWarning, controllers.ReasonWriteRejected, "network policies are frozen")
 
 	// The admins lift the freeze: the retried step goes through and the reason clears.
 	g.Expect(e.k8s.Delete(e.ctx, binding)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		e.makeAvailable(t, ep)
 		ready := condition(e.endpoint(g, ep), v1alpha1.ConditionReady)
-		g.Expect(ready.Reason).NotTo(Equal(controllers.ReasonStepFailed), "Ready: %+v", ready)
+		g.Expect(ready.Reason).NotTo(Equal(controllers.ReasonWriteRejected), "Ready: %+v", ready)
 		g.Expect(e.k8s.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: resources.ReceiverName(ep)}, &networkingv1.NetworkPolicy{})).To(Succeed())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }

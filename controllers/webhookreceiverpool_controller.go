@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -111,6 +112,8 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 		return r.failed(ctx, pool, original, members, ReasonPoolTooLarge, err)
 	case isNotOwned(err):
 		return r.failed(ctx, pool, original, members, ReasonNotOwned, err)
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+		return r.failed(ctx, pool, original, members, ReasonWriteRejected, err)
 	case err != nil:
 		return r.failed(ctx, pool, original, members, ReasonStepFailed, err)
 	}
@@ -135,8 +138,9 @@ func (r *WebhookReceiverPoolReconciler) Reconcile(ctx context.Context, req ctrl.
 // failed reports what stops the pool's receivers in its status (Ready False, and Stalled
 // when a person must act, else Reconciling) and in a Warning Event when it starts or
 // changes. A pool stalled by its own spec or its members waits for them to change (both
-// are watched); any other failure, NotOwned included (deleting the object in the way
-// fires no event the pool watches), is retried with backoff.
+// are watched); any other failure, NotOwned and WriteRejected included (deleting the
+// object in the way, or lifting a policy, fires no event the pool watches), is retried
+// with backoff.
 func (r *WebhookReceiverPoolReconciler) failed(ctx context.Context, pool, original *v1alpha1.WebhookReceiverPool,
 	members []v1alpha1.PoolMember, reason string, cause error) (ctrl.Result, error) {
 	msg := oneLine(cause.Error())
@@ -164,7 +168,7 @@ func (r *WebhookReceiverPoolReconciler) failed(ctx context.Context, pool, origin
 	if err := r.patchStatus(ctx, pool, original); err != nil {
 		return ctrl.Result{}, errors.Join(cause, err)
 	}
-	if stalled && reason != ReasonNotOwned {
+	if stalled && reason != ReasonNotOwned && reason != ReasonWriteRejected {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, cause
