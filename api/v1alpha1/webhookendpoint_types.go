@@ -415,7 +415,9 @@ type Transition struct {
 	Name string `json:"name"`
 	// on lists the event types that trigger the transition. Quote the key in YAML
 	// ("on": [...]): YAML 1.1 parsers, kubectl's among them, read a bare on as true, and
-	// the apiserver then reports on as missing.
+	// the apiserver then refuses the transition (kubectl apply, with its strict field
+	// validation: unknown field "spec.stateMachine.transitions[0].true"; otherwise: on
+	// is required).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=256
