@@ -137,10 +137,7 @@ type endpointPool struct {
 
 // member is what the pool knows of one NAME.
 type member struct {
-	unit *endpointUnit
-	// slots count the member's requests in flight, whichever version serves them
-	// (shared with p.slots[NAME]).
-	slots       *receiver.Slots
+	unit        *endpointUnit
 	fingerprint [32]byte // of the served files (never published)
 	hash        string   // published hash of the served files
 	servedSince time.Time
@@ -432,10 +429,7 @@ func (p *endpointPool) sync(ctx context.Context) {
 		}
 		m := p.members[name]
 		if m == nil {
-			if p.slots[name] == nil {
-				p.slots[name] = receiver.NewSlots(p.memberShare())
-			}
-			m = &member{slots: p.slots[name]}
+			m = &member{}
 			p.members[name] = m
 		}
 		fp := fingerprint(f)
@@ -447,7 +441,12 @@ func (p *endpointPool) sync(ctx context.Context) {
 			continue
 		}
 		began := time.Now()
-		u, next2, err := p.build(ctx, name, f, m.slots)
+		slots := p.slots[name]
+		if slots == nil {
+			slots = receiver.NewSlots(p.memberShare())
+			p.slots[name] = slots
+		}
+		u, next2, err := p.build(ctx, name, f, slots)
 		if err != nil {
 			m.failed, m.failedErr = fp, err.Error()
 			if m.unit != nil {
@@ -458,7 +457,7 @@ func (p *endpointPool) sync(ctx context.Context) {
 			continue
 		}
 		old := m.unit
-		m.slots.SetLimit(u.maxInFlight)
+		slots.SetLimit(u.maxInFlight)
 		m.unit, m.fingerprint, m.hash, m.servedSince = u, fp, next2.hash, time.Now()
 		m.dbURL, m.secrets = next2.dbURL, next2.secrets
 		m.failed, m.failedErr = [32]byte{}, ""
@@ -480,8 +479,8 @@ func (p *endpointPool) sync(ctx context.Context) {
 		}
 		delete(p.members, name)
 		delete(next, name)
-		if m.unit == nil && p.draining[name] == 0 {
-			delete(p.slots, name) // no version serves or drains: nothing holds them
+		if m.unit == nil {
+			p.forgetSlots(name) // kept while an older version still drains (retire forgets it then)
 		}
 		if m.unit != nil {
 			retired = append(retired, retiredUnit{name: name, unit: m.unit, removed: true})
@@ -530,10 +529,8 @@ func (p *endpointPool) retire(r retiredUnit) {
 		p.releaseDatabase(u.ep.DatabaseURL)
 		if p.draining[r.name]--; p.draining[r.name] == 0 {
 			delete(p.draining, r.name)
-			if p.members[r.name] == nil {
-				delete(p.slots, r.name)
-			}
 		}
+		p.forgetSlots(r.name)
 		p.mu.Unlock()
 		u.log.Info("endpoint version drained", "name", r.name)
 	})
@@ -547,6 +544,14 @@ func (p *endpointPool) servesKey(key string) bool {
 		}
 	}
 	return false
+}
+
+// forgetSlots drops NAME's count once no member has that name and none of its versions
+// still drains; callers hold p.mu.
+func (p *endpointPool) forgetSlots(name string) {
+	if p.members[name] == nil && p.draining[name] == 0 {
+		delete(p.slots, name)
+	}
 }
 
 // memberShare is the most of the pod's slots one member may hold: half, so one stuck or
